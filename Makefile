@@ -1,0 +1,59 @@
+# `make run` and `make test` set themselves up: venv, install from the lock file, database.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test e2e bench lint typecheck check worker beat stop clean lock
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m footprint_site.stack
+
+# The suite runs against DATABASE_URL when set, else the embedded PostgreSQL; likewise the broker.
+# pytest's exit code 5 (nothing collected) is a failure here, never a pass.
+test: $(STAMP)
+	DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-test-only} $(BIN)/python -m pytest $(PYTEST_ARGS); \
+	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+e2e: $(STAMP)
+	$(MAKE) test PYTEST_ARGS="-m e2e"
+
+bench: $(STAMP)
+	$(BIN)/python bench/ingest.py
+
+worker: $(STAMP)
+	$(BIN)/celery -A footprint_site worker --loglevel=INFO
+
+beat: $(STAMP)
+	$(BIN)/celery -A footprint_site beat --loglevel=INFO
+
+stop: $(STAMP)
+	$(BIN)/python -c "from pathlib import Path; from footprint_site.embedded_postgres import stop; stop(Path('.data/postgres').resolve())"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	DJANGO_SECRET_KEY=typecheck $(BIN)/mypy footprint_site ledger artifacts
+
+check: lint typecheck test
+
+# Re-pin every dependency (run after editing pyproject.toml).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -e '.[dev]'
+	.lock-venv/bin/pip freeze --exclude-editable | grep -v '^-e' > requirements.lock
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+# The artifact store (issue #3) lands here: metadata and canonical payload bytes in PostgreSQL.

@@ -1,0 +1,53 @@
+"""The JSON API under /api/v1: agent keys in, `{error, code}` sentences out when anything is wrong."""
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, ValidationError
+
+from footprint_site.auth import ScopeMissing
+from footprint_site.responses import json_response
+from ledger.exceptions import LedgerError
+
+api = NinjaAPI(
+    title="Footprint ledger",
+    version="1",
+    urls_namespace="api",
+    description="Evidence of agentfootprint runs: typed events, recordings, asks and artifacts.",
+)
+api.add_router("/", "ledger.api.router")
+
+
+@api.exception_handler(LedgerError)
+def ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
+    return json_response({"error": exc.message, "code": exc.code, **exc.details}, status=exc.status)
+
+
+@api.exception_handler(AuthenticationError)
+def missing_key(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = json_response(
+        {
+            "error": "Send a valid agent key as 'Authorization: Bearer <key>'. Keys are created with "
+            "`python manage.py create_agent_key --project <slug>`.",
+            "code": "ERR_UNAUTHENTICATED",
+        },
+        status=401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="footprint"'
+    return response
+
+
+@api.exception_handler(ScopeMissing)
+def scope_missing(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
+    return json_response(
+        {"error": f"This agent key lacks the '{exc.scope}' scope this operation needs.", "code": "ERR_SCOPE"},
+        status=403,
+    )
+
+
+@api.exception_handler(ValidationError)
+def invalid_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    fields = ", ".join(".".join(str(p) for p in e.get("loc", ())) for e in exc.errors)
+    return json_response(
+        {"error": f"Invalid request parameters: {fields}.", "code": "ERR_INVALID_PARAMETERS", "detail": exc.errors},
+        status=422,
+    )

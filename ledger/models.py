@@ -1,0 +1,308 @@
+"""Tenancy (projects, agent keys, roles), runs, their hash-chained events and the projections.
+
+Ledger rows (`RunEvent`) are append-only: no service updates or deletes them. Projection rows are
+derived from events and may be enriched (a recording adds `before`/`after` to decisions), never
+used as the evidence of record.
+"""
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models.functions import Now
+
+
+class Project(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class AgentKey(models.Model):
+    """An agent's API key. Only the SHA-256 of the secret is stored; `prefix` identifies it."""
+
+    class Scope(models.TextChoices):
+        INGEST = "ingest"
+        ARTIFACTS = "artifacts"
+        ASKS = "asks"
+        READ = "read"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agent_keys")
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.BinaryField(max_length=32, unique=True)
+    scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices))
+    created_at = models.DateTimeField(db_default=Now())
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.project.slug})"
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        AUDITOR = "auditor"
+        APPROVER = "approver"
+        ADMIN = "admin"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="membership_one_role_per_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.project}"
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        PAUSED = "paused"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        HALTED = "halted"
+
+    class Source(models.TextChoices):
+        EVENTS = "events"
+        RECORDING = "recording"
+        OTLP = "otlp"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=200)
+    session_id = models.CharField(max_length=200, null=True, blank=True)
+    tenant = models.CharField(max_length=200, null=True, blank=True)
+    principal = models.CharField(max_length=200, null=True, blank=True)
+    agent_id = models.CharField(max_length=200, null=True, blank=True)
+    composition_path = models.JSONField(default=list)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.EVENTS)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    # seq of the event that set `status`: a late event with a lower seq must not override it.
+    status_seq = models.IntegerField(default=-1)
+    # Wall-clock times of the earliest and latest events received (meta.wallClockMs).
+    first_event_at = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    tokens_in = models.BigIntegerField(default=0)
+    tokens_out = models.BigIntegerField(default=0)
+    iterations = models.IntegerField(default=0)
+    tool_call_count = models.IntegerField(default=0)
+    refusal_count = models.IntegerField(default=0)
+    event_count = models.IntegerField(default=0)
+    max_seq = models.IntegerField(default=-1)
+    # The chain: `chain_length` rows with positions 0..chain_length-1, the last one hashing to head.
+    chain_length = models.IntegerField(default=0)
+    head_hash = models.BinaryField(max_length=32, default=bytes(32))
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "run_id"], name="run_unique_per_project")
+        ]
+        indexes = [
+            models.Index(fields=["project", "-created_at", "-id"], name="run_list_newest"),
+            models.Index(fields=["project", "session_id"], name="run_by_session"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+    @property
+    def head_hex(self) -> str:
+        return bytes(self.head_hash).hex()
+
+    @property
+    def has_gaps(self) -> bool:
+        return self.event_count != self.max_seq + 1
+
+
+class RunEvent(models.Model):
+    """One stored event, a link in its run's hash chain.
+
+    `body` is the exact canonical text that was hashed; `doc` is the same JSON as `jsonb` for
+    queries. `jsonb` normalizes numbers and cannot hold U+0000, so verification always hashes
+    `body`, never a re-serialization of `doc`.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
+    seq = models.IntegerField()
+    position = models.IntegerField()
+    type = models.CharField(max_length=200)
+    tool_call_id = models.CharField(max_length=200, null=True, blank=True)
+    wall_clock_ms = models.BigIntegerField(null=True, blank=True)
+    body = models.TextField()
+    doc = models.JSONField()
+    prev_hash = models.BinaryField(max_length=32)
+    hash = models.BinaryField(max_length=32)
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_seq"),
+            models.UniqueConstraint(fields=["run", "position"], name="runevent_unique_position"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class ToolCall(models.Model):
+    """Projection of `stream.tool_start` + `stream.tool_end`, which may arrive in either order.
+
+    JSON columns are SQL NULL when the key was absent and JSON `null` when it was sent as null.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
+    tool_call_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200, null=True, blank=True)
+    args = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.BooleanField(null=True, blank=True)
+    status = models.CharField(max_length=32, null=True, blank=True)
+    duration_ms = models.BigIntegerField(null=True, blank=True)
+    start_seq = models.IntegerField(null=True, blank=True)
+    end_seq = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tool_call_id"], name="toolcall_unique_id")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}({self.tool_call_id})"
+
+
+class MiddlewareDecision(models.Model):
+    """Projection of `middleware.decision`. `before`/`after` come only from a recording's snapshot
+    (the event stream deliberately omits them): SQL NULL means "not ingested"."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions", db_index=False)
+    seq = models.IntegerField()
+    middleware = models.CharField(max_length=200)
+    moment = models.CharField(max_length=16)
+    at = models.CharField(max_length=16, null=True, blank=True)
+    phase = models.CharField(max_length=16, null=True, blank=True)
+    tool_name = models.CharField(max_length=200, null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, null=True, blank=True)
+    iteration = models.IntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=8)
+    changed = models.BooleanField(null=True, blank=True)
+    why = models.TextField(null=True, blank=True)
+    component_id = models.CharField(max_length=200, null=True, blank=True)
+    origins = models.JSONField(null=True, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="decision_unique_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.middleware}: {self.outcome}"
+
+
+class PermissionVerdict(models.Model):
+    """Projection of `permission.check` and `permission.halt`."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="verdicts", db_index=False)
+    seq = models.IntegerField()
+    event_type = models.CharField(max_length=64)
+    capability = models.CharField(max_length=64, null=True, blank=True)
+    actor = models.CharField(max_length=200, null=True, blank=True)
+    target = models.CharField(max_length=200, null=True, blank=True)
+    result = models.CharField(max_length=16)
+    policy_rule_id = models.CharField(max_length=200, null=True, blank=True)
+    rationale = models.TextField(null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="verdict_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.capability}: {self.result}"
+
+
+class ToolEffect(models.Model):
+    """Projection of `tools.effect` (accepted, refused or superseded)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="effects", db_index=False)
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=16)
+    tool_name = models.CharField(max_length=200, null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, null=True, blank=True)
+    iteration = models.IntegerField(null=True, blank=True)
+    target_skill_id = models.CharField(max_length=200, null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+    instruction_id = models.CharField(max_length=200, null=True, blank=True)
+    delivery_lease = models.CharField(max_length=64, null=True, blank=True)
+    refusal_reason = models.TextField(null=True, blank=True)
+    superseded_by = models.CharField(max_length=64, null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="effect_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.outcome}"
+
+
+class Refusal(models.Model):
+    """One row per event that carries a refusal (events-ledger spec §4.3), whatever its kind."""
+
+    class Category(models.TextChoices):
+        MIDDLEWARE = "middleware"
+        PERMISSION = "permission"
+        CHECKIN = "checkin"
+        VALIDATION = "validation"
+        EFFECT = "effect"
+        CEILING = "ceiling"
+        SKILL = "skill"
+        ARTIFACT = "artifact"
+        CREDENTIAL = "credential"
+        EVIDENCE = "evidence"
+        OUTPUT_CONTRACT = "output-contract"
+        INTEGRITY = "integrity"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="refusals", db_index=False)
+    seq = models.IntegerField()
+    event_type = models.CharField(max_length=200)
+    category = models.CharField(max_length=32, choices=Category.choices)
+    # What refused: the middleware, checker, skill, artifact op…; `reason` is its code or words.
+    rule = models.CharField(max_length=200, null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+    tool_name = models.CharField(max_length=200, null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, null=True, blank=True)
+    iteration = models.IntegerField(null=True, blank=True)
+    wall_clock_ms = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="refusal_unique_seq")]
+        indexes = [models.Index(fields=["category"], name="refusal_by_category")]
+
+    def __str__(self) -> str:
+        return f"{self.category}: {self.reason}"
+
+
+class Recording(models.Model):
+    """An `agentfootprint.recording.v1` envelope, kept byte for byte as received."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="recordings")
+    sha256 = models.BinaryField(max_length=32)
+    body = models.BinaryField()
+    complete = models.BooleanField(null=True)
+    dropped_events = models.IntegerField(default=0)
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "sha256"], name="recording_unique_body")
+        ]
+
+    def __str__(self) -> str:
+        return f"recording of {self.run_id}"

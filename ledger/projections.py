@@ -1,0 +1,260 @@
+"""What each event adds to the relational projections. Pure: events in, rows out.
+
+Only events the server stores for the first time are projected, so every figure added here is
+added exactly once however often a batch is re-sent.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ledger.envelopes import Event
+
+PREFIX = "agentfootprint."
+
+# The event that moved a run into each state; the one with the highest seq wins.
+STATUS_BY_TYPE = {
+    "agent.turn_start": "running",
+    "pause.resume": "running",
+    "pause.request": "paused",
+    "agent.turn_end": "completed",
+    "error.fatal": "failed",
+    "permission.halt": "halted",
+}
+
+
+def json_text(payload: dict[str, Any], key: str) -> str | None:
+    """The key's value as JSON text, or None when the key is absent (absent is not null)."""
+    if key not in payload:
+        return None
+    return orjson.dumps(payload[key]).decode()
+
+
+def _str(payload: dict[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _int(payload: dict[str, Any], key: str) -> int | None:
+    value = payload.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def _bool(payload: dict[str, Any], key: str) -> bool | None:
+    value = payload.get(key)
+    return value if isinstance(value, bool) else None
+
+
+@dataclass
+class RunDelta:
+    """What one batch adds to one run's summary columns."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    iterations: int = 0
+    tool_calls: int = 0
+    refusals: int = 0
+    first_wall_ms: int | None = None
+    last_wall_ms: int | None = None
+    status: str | None = None
+    status_seq: int = -1
+    agent_id: str | None = None
+
+    def see_wall_clock(self, ms: int | None) -> None:
+        if ms is None:
+            return
+        if self.first_wall_ms is None or ms < self.first_wall_ms:
+            self.first_wall_ms = ms
+        if self.last_wall_ms is None or ms > self.last_wall_ms:
+            self.last_wall_ms = ms
+
+
+@dataclass
+class Projection:
+    """Rows keyed by the framework's runId; the service swaps in database ids when writing."""
+
+    deltas: dict[str, RunDelta] = field(default_factory=dict)
+    tool_calls: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    decisions: list[tuple[Any, ...]] = field(default_factory=list)
+    verdicts: list[tuple[Any, ...]] = field(default_factory=list)
+    effects: list[tuple[Any, ...]] = field(default_factory=list)
+    refusals: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def refusal(self, event: Event, category: str, rule: str | None, reason: str | None, *,
+                tool_name: str | None = None, tool_call_id: str | None = None,
+                iteration: int | None = None) -> None:
+        self.refusals.append((event.run_id, event.seq, event.type, category, rule, reason,
+                              tool_name, tool_call_id, iteration, event.wall_clock_ms))
+        self.deltas[event.run_id].refusals += 1
+
+    def tool_call(self, run_id: str, tool_call_id: str) -> dict[str, Any]:
+        return self.tool_calls.setdefault((run_id, tool_call_id), {})
+
+
+Projector = Callable[[Projection, Event, dict[str, Any]], None]
+
+
+def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    call_id = _str(payload, "toolCallId")
+    if call_id is None:
+        return
+    row = p.tool_call(e.run_id, call_id)
+    row.update(tool_name=_str(payload, "toolName"), args=json_text(payload, "args"), start_seq=e.seq)
+    p.deltas[e.run_id].tool_calls += 1
+
+
+def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    call_id = _str(payload, "toolCallId")
+    if call_id is None:
+        return
+    p.tool_call(e.run_id, call_id).update(
+        result=json_text(payload, "result"), error=_bool(payload, "error"),
+        status=_str(payload, "status"), duration_ms=_int(payload, "durationMs"), end_seq=e.seq,
+    )
+
+
+def _llm_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    usage = payload.get("usage")
+    if isinstance(usage, dict):
+        delta = p.deltas[e.run_id]
+        delta.tokens_in += _int(usage, "input") or 0
+        delta.tokens_out += _int(usage, "output") or 0
+
+
+def _iteration_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    p.deltas[e.run_id].iterations += 1
+
+
+def _run_configured(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    p.deltas[e.run_id].agent_id = _str(payload, "agentId")
+
+
+def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    outcome = _str(payload, "outcome") or ""
+    p.decisions.append((
+        e.run_id, e.seq, _str(payload, "middleware") or "", _str(payload, "moment") or "",
+        _str(payload, "at"), _str(payload, "phase"), _str(payload, "toolName"),
+        _str(payload, "toolCallId"), _int(payload, "iteration"), outcome,
+        _bool(payload, "changed"), _str(payload, "why"), _str(payload, "componentId"),
+        json_text(payload, "from"),
+    ))
+    if outcome == "deny":
+        p.refusal(e, "middleware", _str(payload, "middleware"), _str(payload, "why"),
+                  tool_name=_str(payload, "toolName"), tool_call_id=_str(payload, "toolCallId"),
+                  iteration=_int(payload, "iteration"))
+
+
+def _permission(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    halt = e.type.endswith("permission.halt")
+    result = "halt" if halt else (_str(payload, "result") or "")
+    p.verdicts.append((
+        e.run_id, e.seq, e.type.removeprefix(PREFIX), _str(payload, "capability"),
+        _str(payload, "actor") or _str(payload, "checkerId"), _str(payload, "target"), result,
+        _str(payload, "policyRuleId"), _str(payload, "rationale"), _str(payload, "reason"),
+    ))
+    if result in ("deny", "halt"):
+        rule = _str(payload, "policyRuleId") or _str(payload, "checkerId") or _str(payload, "capability")
+        reason = _str(payload, "rationale") or _str(payload, "reason")
+        target = _str(payload, "target")
+        p.refusal(e, "permission", rule, reason, tool_name=target,
+                  iteration=_int(payload, "iteration"))
+
+
+def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    outcome = _str(payload, "outcome") or ""
+    p.effects.append((
+        e.run_id, e.seq, _str(payload, "kind") or "", outcome, _str(payload, "toolName"),
+        _str(payload, "toolCallId"), _int(payload, "iteration"), _str(payload, "targetSkillId"),
+        _str(payload, "reason"), _str(payload, "instructionId"), _str(payload, "deliveryLease"),
+        _str(payload, "refusalReason"), _str(payload, "supersededBy"),
+    ))
+    if outcome in ("refused", "superseded"):
+        reason = _str(payload, "refusalReason") or f"superseded by {_str(payload, 'supersededBy')}"
+        p.refusal(e, "effect", _str(payload, "kind"), reason, tool_name=_str(payload, "toolName"),
+                  tool_call_id=_str(payload, "toolCallId"), iteration=_int(payload, "iteration"))
+
+
+def _refusal_of(category: str, rule_key: str, reason: Callable[[dict[str, Any]], str | None],
+                when: Callable[[dict[str, Any]], bool] = lambda _: True,
+                tool_key: str = "toolName") -> Projector:
+    def project(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+        if when(payload):
+            p.refusal(e, category, _str(payload, rule_key), reason(payload),
+                      tool_name=_str(payload, tool_key), tool_call_id=_str(payload, "toolCallId"),
+                      iteration=_int(payload, "iteration"))
+    return project
+
+
+def _issues_text(payload: dict[str, Any]) -> str:
+    issues = payload.get("issues")
+    if not isinstance(issues, list):
+        return "arguments did not match the tool's input schema"
+    parts = [
+        f"{'.'.join(map(str, i.get('path') or [])) or '(root)'}: expected {i.get('expected')}, got {i.get('got')}"
+        if isinstance(i, dict) else str(i)
+        for i in issues
+    ]
+    return "; ".join(parts)
+
+
+def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    if payload.get("approved") is False:
+        by = _str(payload, "by")
+        note = _str(payload, "note")
+        reason = f"declined by {by}" + (f": {note}" if note else "")
+        p.refusal(e, "checkin", by, reason, tool_name=_str(payload, "toolName"),
+                  tool_call_id=_str(payload, "toolCallId"), iteration=_int(payload, "iteration"))
+
+
+PROJECTORS: dict[str, Projector] = {
+    "stream.tool_start": _tool_start,
+    "stream.tool_end": _tool_end,
+    "stream.llm_end": _llm_end,
+    "agent.iteration_start": _iteration_start,
+    "agent.run_configured": _run_configured,
+    "middleware.decision": _decision,
+    "permission.check": _permission,
+    "permission.halt": _permission,
+    "tools.effect": _effect,
+    "checkin.decision": _checkin_decision,
+    "validation.args_invalid": _refusal_of(
+        "validation", "toolName", _issues_text, when=lambda pl: pl.get("enforced") is True),
+    "tools.result_refused": _refusal_of(
+        "ceiling", "toolName",
+        lambda pl: f"result of {pl.get('sizeChars')} characters is over the tool's ceiling of {pl.get('maxChars')}"),
+    "skill.rejected": _refusal_of(
+        "skill", "requestedId",
+        lambda pl: f"skill '{pl.get('requestedId')}' is not allowed from '{pl.get('currentSkillId')}'"),
+    "artifacts.refused": _refusal_of(
+        "artifact", "op", lambda pl: _str(pl, "reason"), tool_key="tool"),
+    "credential.failed": _refusal_of("credential", "service", lambda pl: _str(pl, "reason"), tool_key="tool"),
+    "agent.evidence_checked": _refusal_of(
+        "evidence", "posture", lambda pl: f"unsupported values: {orjson.dumps(pl.get('unsupported')).decode()}",
+        when=lambda pl: pl.get("action") == "refused"),
+    "agent.output_contract_unmet": _refusal_of(
+        "output-contract", "brokenBy", lambda pl: _str(pl, "error")),
+    "integrity.context_error": _refusal_of("integrity", "kind", lambda pl: _str(pl, "message")),
+}
+
+
+def project_events(events: Iterable[Event]) -> Projection:
+    projection = Projection()
+    for event in events:
+        delta = projection.deltas.get(event.run_id)
+        if delta is None:
+            delta = projection.deltas[event.run_id] = RunDelta()
+        delta.see_wall_clock(event.wall_clock_ms)
+        short_type = event.type.removeprefix(PREFIX)
+        status = STATUS_BY_TYPE.get(short_type)
+        if status and event.seq > delta.status_seq:
+            delta.status, delta.status_seq = status, event.seq
+        projector = PROJECTORS.get(short_type)
+        if projector is not None and isinstance(event.payload, dict):
+            projector(projection, event, event.payload)
+    return projection

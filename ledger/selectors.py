@@ -1,0 +1,165 @@
+"""Reads. Every selector takes the project (or the user) it answers for and never leaks past it."""
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection, transaction
+from django.db.models import QuerySet
+
+from footprint_site.lib.chain import GENESIS, link_hash
+from ledger.envelopes import replace_nul
+from ledger.exceptions import RunNotFound
+from ledger.models import AgentKey, Membership, Project, Run, RunEvent
+from ledger.services.tenancy import hash_secret
+
+
+def agent_key_get_by_secret(*, secret: str) -> AgentKey | None:
+    return (
+        AgentKey.objects.select_related("project")
+        .filter(secret_hash=hash_secret(secret), revoked_at__isnull=True)
+        .first()
+    )
+
+
+def encode_cursor(value: int) -> str:
+    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    """An undecodable cursor restarts the listing rather than failing it."""
+    if not cursor:
+        return None
+    try:
+        return int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
+    except ValueError:
+        return None
+
+
+def run_list(
+    *, projects: QuerySet[Project] | list[Project], session: str | None = None, status: str | None = None,
+    since: datetime | None = None, until: datetime | None = None, before_id: int | None = None,
+    limit: int = 50,
+) -> list[Run]:
+    """Runs of the given projects, newest first, keyset-paged by id (`before_id`).
+
+    The time range applies to the run's first event. Returns up to `limit + 1` rows so the caller
+    can tell whether another page exists.
+    """
+    runs = Run.objects.filter(project__in=projects).select_related("project")
+    if session:
+        runs = runs.filter(session_id=session)
+    if status:
+        runs = runs.filter(status=status)
+    if since:
+        runs = runs.filter(first_event_at__gte=since)
+    if until:
+        runs = runs.filter(first_event_at__lt=until)
+    if before_id is not None:
+        runs = runs.filter(id__lt=before_id)
+    return list(runs.order_by("-id")[: limit + 1])
+
+
+def run_get(*, project: Project, run_id: str) -> Run:
+    run = Run.objects.select_related("project").filter(project=project, run_id=run_id).first()
+    if run is None:
+        raise RunNotFound(f"No run '{run_id}' in this project.")
+    return run
+
+
+def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> list[RunEvent]:
+    """Up to `limit + 1` events of the run after `after_seq`, in seq order, with their stored body."""
+    return list(
+        RunEvent.objects.filter(run=run, seq__gt=after_seq)
+        .order_by("seq")
+        .only("seq", "position", "type", "body", "wall_clock_ms", "hash", "run_id")[: limit + 1]
+    )
+
+
+def projects_for_user(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
+    if not user.is_authenticated:
+        return Project.objects.none()
+    if user.is_superuser:
+        return Project.objects.all()
+    return Project.objects.filter(memberships__user=user).distinct()
+
+
+def run_get_for_user(*, user: AbstractBaseUser | AnonymousUser, project_slug: str, run_id: str) -> Run:
+    run = Run.objects.select_related("project").filter(
+        project__in=projects_for_user(user), project__slug=project_slug, run_id=run_id
+    ).first()
+    if run is None:
+        raise RunNotFound(f"No run '{run_id}' in project '{project_slug}'.")
+    return run
+
+
+def role_of(*, user: AbstractBaseUser | AnonymousUser, project: Project) -> str | None:
+    if not user.is_authenticated:
+        return None
+    if user.is_superuser:
+        return Membership.Role.ADMIN
+    return Membership.objects.filter(user=user, project=project).values_list("role", flat=True).first()
+
+
+@dataclass
+class ChainVerdict:
+    valid: bool
+    records_checked: int
+    broken_at: int | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        verdict: dict[str, Any] = {"valid": self.valid, "recordsChecked": self.records_checked}
+        if not self.valid:
+            verdict["brokenAt"] = self.broken_at
+            verdict["reason"] = self.reason
+        return verdict
+
+
+def _record_problem(position: int, expected_position: int, prev: bytes, running: bytes,
+                    body: str, doc: Any, stored_hash: bytes, seq: int, type_: str) -> str | None:
+    if position != expected_position:
+        return f"record {expected_position} is missing: the next stored record is at position {position}"
+    if prev != running:
+        return f"chain broken at record {position}: its previous-hash does not match record {position - 1}"
+    raw = body.encode()
+    if link_hash(prev, raw) != stored_hash:
+        return f"hash mismatch at record {position}: its stored bytes were edited or corrupted"
+    parsed = orjson.loads(raw)
+    if b"\\u0000" in raw:
+        parsed = replace_nul(parsed)
+    if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
+        doc = orjson.loads(doc)
+    if parsed != doc or parsed.get("seq") != seq or parsed.get("type") != type_:
+        return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
+    return None
+
+
+def run_chain_verify(*, run: Run) -> ChainVerdict:
+    """Re-walk the run's chain in store order, streaming rows (a server-side cursor)."""
+    running = GENESIS
+    checked = 0
+    # A server-side cursor lives inside a transaction; rows stream instead of loading at once.
+    with transaction.atomic(), connection.connection.cursor(name="run_chain_verify") as cur:
+        cur.itersize = 2000
+        cur.execute(
+            "SELECT position, prev_hash, hash, body, doc, seq, type FROM ledger_runevent"
+            " WHERE run_id = %s ORDER BY position",
+            [run.pk],
+        )
+        for position, prev, stored_hash, body, doc, seq, type_ in cur:
+            problem = _record_problem(position, checked, bytes(prev), running, body, doc, bytes(stored_hash), seq, type_)
+            if problem:
+                return ChainVerdict(False, checked, checked, problem)
+            running = bytes(stored_hash)
+            checked += 1
+    if checked != run.chain_length or running != bytes(run.head_hash):
+        return ChainVerdict(
+            False, checked, checked,
+            f"the run's recorded head covers {run.chain_length} records but {checked} are stored: "
+            "records were removed from the end of the chain",
+        )
+    return ChainVerdict(True, checked)

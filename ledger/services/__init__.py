@@ -1,0 +1,13 @@
+"""Writes. Each service is one transaction; the HTTP layers call exactly one of them."""
+
+from ledger.services.ingest import events_ingest
+from ledger.services.recordings import recording_ingest
+from ledger.services.tenancy import agent_key_create, membership_grant, project_get_or_create
+
+__all__ = [
+    "agent_key_create",
+    "events_ingest",
+    "membership_grant",
+    "project_get_or_create",
+    "recording_ingest",
+]

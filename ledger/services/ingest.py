@@ -1,0 +1,319 @@
+"""Durable, idempotent, hash-chained ingestion of typed events.
+
+One request is one transaction: the receipt is sent only after COMMIT, and a batch with any bad
+event stores nothing. Concurrent batches for the same run serialize on the run's row lock (taken
+by the upsert that also reads the chain head), always in runId order so two batches that touch
+the same runs cannot deadlock.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from django.db import connection, transaction
+from psycopg import Cursor
+from psycopg.types.json import Jsonb
+
+from footprint_site.lib.chain import link_hash
+from ledger.envelopes import Event, replace_nul
+from ledger.exceptions import SeqConflict
+from ledger.models import Project, Run
+from ledger.projections import Projection, project_events
+
+MAX_GAPS_REPORTED = 1000
+
+
+@dataclass
+class RunReceipt:
+    run_id: str
+    accepted: int
+    duplicates: int
+    last_seq: int | None
+    head: str
+    gaps: list[list[int]]
+    gaps_truncated: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        receipt: dict[str, Any] = {
+            "runId": self.run_id, "accepted": self.accepted, "duplicates": self.duplicates,
+            "lastSeq": self.last_seq, "head": self.head, "gaps": self.gaps,
+        }
+        if self.gaps_truncated:
+            receipt["gapsTruncated"] = True
+        return receipt
+
+
+@dataclass
+class _RunState:
+    pk: int
+    chain_length: int
+    head: bytes
+    max_seq: int
+
+
+def _identity_of(events: list[Event]) -> dict[str, Any]:
+    identity: dict[str, Any] = {"sessionId": None, "tenant": None, "principal": None, "compositionPath": None}
+    for event in events:
+        for key in identity:
+            if identity[key] is None and key in event.meta:
+                identity[key] = event.meta[key]
+    return identity
+
+
+def _lock_run(cur: Cursor[Any], project: Project, run_id: str, events: list[Event], source: str) -> _RunState:
+    identity = _identity_of(events)
+    cur.execute(
+        """
+        INSERT INTO ledger_run (project_id, run_id, session_id, tenant, principal, composition_path,
+            source, status, status_seq, tokens_in, tokens_out, iterations, tool_call_count,
+            refusal_count, event_count, max_seq, chain_length, head_hash, created_at, updated_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, 'running', -1, 0, 0, 0, 0, 0, 0, -1, 0, %s, now(), now())
+        ON CONFLICT (project_id, run_id) DO UPDATE SET
+            session_id = COALESCE(ledger_run.session_id, EXCLUDED.session_id),
+            tenant = COALESCE(ledger_run.tenant, EXCLUDED.tenant),
+            principal = COALESCE(ledger_run.principal, EXCLUDED.principal),
+            updated_at = now()
+        RETURNING id, chain_length, head_hash, max_seq
+        """,
+        [project.pk, run_id, identity["sessionId"], identity["tenant"], identity["principal"],
+         Jsonb(identity["compositionPath"] or []), source, bytes(32)],
+    )
+    pk, chain_length, head, max_seq = cur.fetchone()  # type: ignore[misc]
+    return _RunState(pk=pk, chain_length=chain_length, head=bytes(head), max_seq=max_seq)
+
+
+def _stored_bodies(cur: Cursor[Any], state: _RunState, events: list[Event]) -> dict[int, bytes]:
+    """Bodies already stored under the batch's seqs. Skipped when every seq is past the last one."""
+    if min(e.seq for e in events) > state.max_seq:
+        return {}
+    cur.execute(
+        "SELECT seq, body FROM ledger_runevent WHERE run_id = %s AND seq = ANY(%s)",
+        [state.pk, [e.seq for e in events]],
+    )
+    return {seq: body.encode() for seq, body in cur.fetchall()}
+
+
+def _split_new(run_id: str, events: list[Event], stored: dict[int, bytes],
+               positions: dict[int, int]) -> tuple[list[Event], int]:
+    """New events in seq order and the count of duplicates; a changed duplicate is a conflict."""
+    fresh: dict[int, Event] = {}
+    duplicates = 0
+    for event in events:
+        earlier = stored.get(event.seq)
+        if earlier is None and event.seq in fresh:
+            earlier = fresh[event.seq].body
+        if earlier is None:
+            fresh[event.seq] = event
+        elif earlier == event.body:
+            duplicates += 1
+        else:
+            raise SeqConflict(
+                f"Event at index {positions[id(event)]} has seq {event.seq} of run '{run_id}', which "
+                "is already stored with different content. A seq names one event forever; resend "
+                "the original or number the new event after the run's last seq. Nothing was stored.",
+                conflicts=[{"index": positions[id(event)], "runId": run_id, "seq": event.seq}],
+            )
+    return [fresh[seq] for seq in sorted(fresh)], duplicates
+
+
+def _doc_for_jsonb(body: bytes) -> bytes:
+    # jsonb cannot hold U+0000: the queryable copy carries U+FFFD there; `body` keeps the truth.
+    if b"\\u0000" not in body:
+        return body
+    return orjson.dumps(replace_nul(orjson.loads(body)))
+
+
+def _raw_json(data: bytes) -> bytes:
+    return data
+
+
+def _copy_events(cur: Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
+    with cur.copy(
+        "COPY ledger_runevent (run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc,"
+        " prev_hash, hash) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["int8", "int4", "int4", "text", "text", "int8", "text", "jsonb", "bytea", "bytea"])
+        for row in rows:
+            copy.write_row(row)
+
+
+def _copy_rows(cur: Cursor[Any], table: str, columns: str, types: list[str], rows: list[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(types)
+        for row in rows:
+            copy.write_row(row)
+
+
+def _tool_call_id(event: Event) -> str | None:
+    payload = event.payload
+    if isinstance(payload, dict):
+        value = payload.get("toolCallId")
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _ms_to_datetime(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, int]) -> None:
+    def with_pk(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return [(pks[row[0]], *row[1:]) for row in rows]
+
+    _copy_rows(cur, "ledger_middlewaredecision",
+               "run_id, seq, middleware, moment, at, phase, tool_name, tool_call_id, iteration,"
+               " outcome, changed, why, component_id, origins",
+               ["int8", "int4", "text", "text", "text", "text", "text", "text", "int4", "text", "bool",
+                "text", "text", "jsonb"],
+               [(*row[:-1], None if row[-1] is None else Jsonb(row[-1].encode(), dumps=_raw_json))
+                for row in with_pk(projection.decisions)])
+    _copy_rows(cur, "ledger_permissionverdict",
+               "run_id, seq, event_type, capability, actor, target, result, policy_rule_id, rationale, reason",
+               ["int8", "int4", "text", "text", "text", "text", "text", "text", "text", "text"],
+               with_pk(projection.verdicts))
+    _copy_rows(cur, "ledger_tooleffect",
+               "run_id, seq, kind, outcome, tool_name, tool_call_id, iteration, target_skill_id, reason,"
+               " instruction_id, delivery_lease, refusal_reason, superseded_by",
+               ["int8", "int4", "text", "text", "text", "text", "int4", "text", "text", "text", "text",
+                "text", "text"],
+               with_pk(projection.effects))
+    _copy_rows(cur, "ledger_refusal",
+               "run_id, seq, event_type, category, rule, reason, tool_name, tool_call_id, iteration, wall_clock_ms",
+               ["int8", "int4", "text", "text", "text", "text", "text", "text", "int4", "int8"],
+               with_pk(projection.refusals))
+    if projection.tool_calls:
+        columns: dict[str, list[Any]] = defaultdict(list)
+        for (run_id, call_id), fields in projection.tool_calls.items():
+            columns["run_id"].append(pks[run_id])
+            columns["tool_call_id"].append(call_id)
+            for name in ("tool_name", "args", "result", "error", "status", "duration_ms", "start_seq", "end_seq"):
+                columns[name].append(fields.get(name))
+        # COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
+        cur.execute(
+            """
+            INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, args, result, error, status,
+                duration_ms, start_seq, end_seq)
+            SELECT r, c, n, a::jsonb, res::jsonb, err, st, d, ss, es
+            FROM unnest(%s::int8[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bool[],
+                        %s::text[], %s::int8[], %s::int4[], %s::int4[])
+                AS t(r, c, n, a, res, err, st, d, ss, es)
+            ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+                tool_name = COALESCE(EXCLUDED.tool_name, ledger_toolcall.tool_name),
+                args = COALESCE(EXCLUDED.args, ledger_toolcall.args),
+                result = COALESCE(EXCLUDED.result, ledger_toolcall.result),
+                error = COALESCE(EXCLUDED.error, ledger_toolcall.error),
+                status = COALESCE(EXCLUDED.status, ledger_toolcall.status),
+                duration_ms = COALESCE(EXCLUDED.duration_ms, ledger_toolcall.duration_ms),
+                start_seq = COALESCE(EXCLUDED.start_seq, ledger_toolcall.start_seq),
+                end_seq = COALESCE(EXCLUDED.end_seq, ledger_toolcall.end_seq)
+            """,
+            [columns[name] for name in ("run_id", "tool_call_id", "tool_name", "args", "result", "error",
+                                         "status", "duration_ms", "start_seq", "end_seq")],
+        )
+
+
+def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
+    cur.execute(
+        """
+        SELECT gap_from, gap_to FROM (
+            SELECT -1 AS seq, min(seq) AS next_seq FROM ledger_runevent WHERE run_id = %(run)s
+            UNION ALL
+            SELECT seq, lead(seq) OVER (ORDER BY seq) FROM ledger_runevent WHERE run_id = %(run)s
+        ) AS s(seq, next_seq), LATERAL (SELECT seq + 1, next_seq - 1) AS g(gap_from, gap_to)
+        WHERE next_seq > seq + 1
+        ORDER BY gap_from LIMIT %(limit)s
+        """,
+        {"run": run_pk, "limit": MAX_GAPS_REPORTED + 1},
+    )
+    gaps = [[int(a), int(b)] for a, b in cur.fetchall()]
+    return gaps[:MAX_GAPS_REPORTED], len(gaps) > MAX_GAPS_REPORTED
+
+
+@transaction.atomic
+def events_ingest(*, project: Project, events: list[Event], source: str = Run.Source.EVENTS) -> list[RunReceipt]:
+    """Store the events not stored yet, chain them, project them, and return a receipt per run.
+
+    Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended
+    to each run's chain in seq order within the batch), the projections of the new events and the
+    runs' summaries. Raises SeqConflict, storing nothing, when a seq is re-sent with new content.
+    """
+    by_run: dict[str, list[Event]] = defaultdict(list)
+    positions: dict[int, int] = {}
+    for index, event in enumerate(events):
+        by_run[event.run_id].append(event)
+        positions[id(event)] = index
+
+    pg = connection.connection
+    receipts: list[RunReceipt] = []
+    event_rows: list[tuple[Any, ...]] = []
+    new_events: list[Event] = []
+    states: dict[str, _RunState] = {}
+    duplicates: dict[str, int] = {}
+    accepted: dict[str, int] = {}
+    with pg.cursor() as cur:
+        for run_id in sorted(by_run):
+            run_events = by_run[run_id]
+            state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
+            fresh, duplicates[run_id] = _split_new(run_id, run_events, _stored_bodies(cur, state, run_events), positions)
+            head = state.head
+            for offset, event in enumerate(fresh):
+                prev, head = head, link_hash(head, event.body)
+                event_rows.append((
+                    state.pk, event.seq, state.chain_length + offset, event.type, _tool_call_id(event),
+                    event.wall_clock_ms, event.body.decode(), Jsonb(_doc_for_jsonb(event.body), dumps=_raw_json),
+                    prev, head,
+                ))
+            new_events.extend(fresh)
+            accepted[run_id] = len(fresh)
+            state.chain_length += len(fresh)
+            state.head = head
+        _copy_events(cur, event_rows)
+        projection = project_events(new_events)
+        _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()})
+
+        for run_id in sorted(by_run):
+            state = states[run_id]
+            delta = projection.deltas.get(run_id)
+            cur.execute(
+                """
+                UPDATE ledger_run SET
+                    chain_length = %(chain_length)s, head_hash = %(head)s,
+                    event_count = event_count + %(accepted)s,
+                    max_seq = GREATEST(max_seq, %(max_seq)s),
+                    tokens_in = tokens_in + %(tokens_in)s, tokens_out = tokens_out + %(tokens_out)s,
+                    iterations = iterations + %(iterations)s,
+                    tool_call_count = tool_call_count + %(tool_calls)s,
+                    refusal_count = refusal_count + %(refusals)s,
+                    status = CASE WHEN %(status_seq)s > status_seq THEN %(status)s ELSE status END,
+                    status_seq = GREATEST(status_seq, %(status_seq)s),
+                    first_event_at = LEAST(first_event_at, %(first)s),
+                    last_event_at = GREATEST(last_event_at, %(last)s),
+                    agent_id = COALESCE(agent_id, %(agent_id)s),
+                    updated_at = now()
+                WHERE id = %(pk)s
+                RETURNING event_count, max_seq
+                """,
+                {
+                    "pk": state.pk, "chain_length": state.chain_length, "head": state.head,
+                    "accepted": accepted[run_id], "max_seq": max(e.seq for e in by_run[run_id]),
+                    "tokens_in": delta.tokens_in if delta else 0, "tokens_out": delta.tokens_out if delta else 0,
+                    "iterations": delta.iterations if delta else 0, "tool_calls": delta.tool_calls if delta else 0,
+                    "refusals": delta.refusals if delta else 0,
+                    "status": delta.status if delta else None, "status_seq": delta.status_seq if delta else -1,
+                    "first": _ms_to_datetime(delta.first_wall_ms if delta else None),
+                    "last": _ms_to_datetime(delta.last_wall_ms if delta else None),
+                    "agent_id": delta.agent_id if delta else None,
+                },
+            )
+            event_count, max_seq = cur.fetchone()  # type: ignore[misc]
+            gaps, truncated = ([], False) if event_count == max_seq + 1 else _gaps(cur, state.pk)
+            receipts.append(RunReceipt(
+                run_id=run_id, accepted=accepted[run_id], duplicates=duplicates[run_id], last_seq=max_seq,
+                head=state.head.hex(), gaps=gaps, gaps_truncated=truncated,
+            ))
+    return receipts

@@ -1,0 +1,100 @@
+import hashlib
+from typing import Any
+
+from django.db import models, transaction
+
+from ledger.envelopes import check_events, parse_json
+from ledger.exceptions import RecordingInvalid
+from ledger.models import MiddlewareDecision, Project, Recording, Run
+from ledger.services.ingest import RunReceipt, events_ingest
+
+RECORDING_FORMAT = "agentfootprint.recording.v1"
+DECISION_KEYS = ("middleware", "moment", "toolCallId", "iteration", "outcome")
+
+
+def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    run = envelope.get("run")
+    recording = envelope.get("recording")
+    if not isinstance(run, dict) or not isinstance(run.get("runId"), str) or not run["runId"]:
+        raise RecordingInvalid("run.runId is required: the recording envelope names the run it holds.")
+    if not isinstance(recording, dict) or not isinstance(recording.get("events"), list):
+        raise RecordingInvalid("recording.events must be an array of the run's typed events.")
+    run_id = run["runId"]
+    first_index = run.get("firstRetainedEventIndex", 0)
+    if not isinstance(first_index, int) or isinstance(first_index, bool) or first_index < 0:
+        raise RecordingInvalid("run.firstRetainedEventIndex must be a non-negative integer.")
+    numbered = []
+    for index, raw in enumerate(recording["events"]):
+        if not isinstance(raw, dict) or "seq" in raw:
+            raise RecordingInvalid(
+                f"recording.events[{index}] must be an event {{type, payload, meta}} without seq: the "
+                "server numbers a recording's events from run.firstRetainedEventIndex.")
+        meta = raw.get("meta")
+        if isinstance(meta, dict) and meta.get("runId") != run_id:
+            raise RecordingInvalid(
+                f"recording.events[{index}] belongs to run '{meta.get('runId')}', not to the "
+                f"recording's run '{run_id}'.")
+        numbered.append({"seq": first_index + index, **raw})
+    return run_id, numbered
+
+
+def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
+    """Copy each snapshot ledger row's `before`/`after` onto the decision its event projected."""
+    snapshot = envelope["recording"].get("snapshot")
+    state = snapshot.get("sharedState") if isinstance(snapshot, dict) else None
+    rows = state.get("middlewareDecisions") if isinstance(state, dict) else None
+    if not isinstance(rows, list):
+        return 0
+    attached = 0
+    claimed: set[int] = set()
+    decisions = list(run.decisions.order_by("seq"))
+    for row in rows:
+        if not isinstance(row, dict) or ("before" not in row and "after" not in row):
+            continue
+        for decision in decisions:
+            if decision.pk in claimed:
+                continue
+            own = (decision.middleware, decision.moment, decision.tool_call_id, decision.iteration, decision.outcome)
+            if own == tuple(row.get(k) for k in DECISION_KEYS):
+                claimed.add(decision.pk)
+                # Value(None, JSONField) stores JSON null; a missing key stays SQL NULL.
+                MiddlewareDecision.objects.filter(pk=decision.pk).update(**{
+                    key: models.Value(row[key], output_field=models.JSONField())
+                    for key in ("before", "after") if key in row
+                })
+                attached += 1
+                break
+    return attached
+
+
+@transaction.atomic
+def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool]:
+    """Store an `agentfootprint.recording.v1` envelope byte for byte and ingest its events.
+
+    Idempotent per run: the events go through `events_ingest` (numbered from
+    firstRetainedEventIndex) and the envelope is kept once per distinct body. Decision rows gain
+    the snapshot's before/after values. Returns the run's receipt and whether the body was new.
+    """
+    envelope = parse_json(body)
+    if not isinstance(envelope, dict):
+        raise RecordingInvalid("A recording is a JSON object with format, run and recording.")
+    if envelope.get("format") != RECORDING_FORMAT:
+        raise RecordingInvalid(
+            f"Unknown recording format {envelope.get('format')!r}; this server reads {RECORDING_FORMAT}.")
+    run_id, raw_events = _events_of(envelope)
+    if not raw_events:
+        raise RecordingInvalid("recording.events is empty: there is nothing to store.")
+    (receipt,) = events_ingest(project=project, events=check_events(raw_events), source=Run.Source.RECORDING)
+    run = Run.objects.get(project=project, run_id=run_id)
+    run_info = envelope["run"]
+    _, created = Recording.objects.get_or_create(
+        run=run, sha256=hashlib.sha256(body).digest(),
+        defaults={
+            "body": body,
+            "complete": run_info.get("complete") if isinstance(run_info.get("complete"), bool) else None,
+            "dropped_events": run_info.get("droppedEvents") if isinstance(run_info.get("droppedEvents"), int) else 0,
+        },
+    )
+    if created:
+        _attach_decision_values(run, envelope)
+    return receipt, created

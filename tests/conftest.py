@@ -1,0 +1,119 @@
+"""Shared fixtures: personas, agent keys, API clients and the framework's own fixture files."""
+
+import collections
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ledger.models import AgentKey, Membership, Project
+from ledger.services import agent_key_create, membership_grant, project_get_or_create
+
+DATA = Path(__file__).parent / "data"
+
+
+def load_fixture(name: str) -> Any:
+    return json.loads((DATA / name).read_text())
+
+
+def numbered_per_run(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fixture files number events across the whole capture; agents number them per run."""
+    counters: collections.Counter[str] = collections.Counter()
+    numbered = []
+    for event in events:
+        run_id = event["meta"]["runId"]
+        numbered.append({**event, "seq": counters[run_id]})
+        counters[run_id] += 1
+    return numbered
+
+
+def fixture_events(name: str) -> list[dict[str, Any]]:
+    return numbered_per_run(load_fixture(name)["events"])
+
+
+class ApiClient(Client):
+    """A Django test client that sends an agent key and JSON bodies."""
+
+    def __init__(self, secret: str | None) -> None:
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"} if secret else {}
+        super().__init__(**headers)
+
+    def post_json(self, path: str, data: Any) -> Any:
+        body = data if isinstance(data, bytes | str) else json.dumps(data)
+        return self.post(path, body, content_type="application/json")
+
+    def ingest(self, events: list[dict[str, Any]]) -> Any:
+        return self.post_json("/api/v1/events", {"events": events})
+
+
+@pytest.fixture(autouse=True)
+def _fast_hasher(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def project(db: None) -> Project:
+    return project_get_or_create(slug="acme")
+
+
+@pytest.fixture
+def other_project(db: None) -> Project:
+    return project_get_or_create(slug="globex")
+
+
+def _key(project: Project, scopes: list[str]) -> str:
+    return agent_key_create(project=project, scopes=scopes)[1]
+
+
+@pytest.fixture
+def agent_client(project: Project) -> ApiClient:
+    """An agent of `project` whose key carries every scope."""
+    return ApiClient(_key(project, list(AgentKey.Scope.values)))
+
+
+@pytest.fixture
+def other_agent_client(other_project: Project) -> ApiClient:
+    return ApiClient(_key(other_project, list(AgentKey.Scope.values)))
+
+
+@pytest.fixture
+def ingest_only_client(project: Project) -> ApiClient:
+    return ApiClient(_key(project, ["ingest"]))
+
+
+@pytest.fixture
+def anonymous_api_client() -> ApiClient:
+    return ApiClient(None)
+
+
+def _person(django_user_model: Any, username: str, project: Project | None, role: str | None) -> Any:
+    user = django_user_model.objects.create_user(username=username, password="pw-" + username)
+    if project is not None and role is not None:
+        membership_grant(user=user, project=project, role=role)
+    return user
+
+
+@pytest.fixture
+def auditor(django_user_model: Any, project: Project) -> Any:
+    return _person(django_user_model, "alice", project, Membership.Role.AUDITOR)
+
+
+@pytest.fixture
+def outsider(django_user_model: Any, other_project: Project) -> Any:
+    return _person(django_user_model, "charlie", other_project, Membership.Role.ADMIN)
+
+
+@pytest.fixture
+def auditor_client(auditor: Any) -> Client:
+    client = Client()
+    client.force_login(auditor)
+    return client
+
+
+@pytest.fixture
+def outsider_client(outsider: Any) -> Client:
+    client = Client()
+    client.force_login(outsider)
+    return client
