@@ -48,6 +48,10 @@ def scope_missing(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
 def invalid_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     fields = ", ".join(".".join(str(p) for p in e.get("loc", ())) for e in exc.errors)
     return json_response(
-        {"error": f"Invalid request parameters: {fields}.", "code": "ERR_INVALID_PARAMETERS", "detail": exc.errors},
+        {
+            "error": f"Invalid request parameters: {fields}.",
+            "code": "ERR_INVALID_PARAMETERS",
+            "detail": exc.errors,
+        },
         status=422,
     )

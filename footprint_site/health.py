@@ -29,6 +29,10 @@ def healthz(request: HttpRequest) -> HttpResponse:
     """200 while the database answers (the broker only delays background work); 503 otherwise."""
     database, broker = _database_state(), _broker_state()
     return json_response(
-        {"status": "ok" if database == broker == "ok" else "degraded", "database": database, "broker": broker},
+        {
+            "status": "ok" if database == broker == "ok" else "degraded",
+            "database": database,
+            "broker": broker,
+        },
         status=200 if database == "ok" else 503,
     )

@@ -33,29 +33,46 @@ def _environment() -> dict[str, str]:
 
 
 def _manage(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run([PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True,
-                            stdout=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=BASE_DIR, env=env, check=True, stdout=subprocess.PIPE, text=True
+    )
     return result.stdout
 
 
 def main() -> int:
     env = _environment()
     embedded = not env.get("DATABASE_URL")
-    print("Preparing the database" + (" (embedded PostgreSQL under .data/postgres)" if embedded else "") + "…", flush=True)
+    print(
+        "Preparing the database" + (" (embedded PostgreSQL under .data/postgres)" if embedded else "") + "…",
+        flush=True,
+    )
     _manage(env, "migrate", "--no-input")
     _manage(env, "collectstatic", "--no-input")
     demo = _manage(env, "seed_demo")
 
     commands = {
         "web": [PYTHON, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"],
-        "worker": [PYTHON, "-m", "celery", "-A", "footprint_site", "worker", "--loglevel=INFO", "--concurrency=2"],
+        "worker": [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "footprint_site",
+            "worker",
+            "--loglevel=INFO",
+            "--concurrency=2",
+        ],
         "beat": [PYTHON, "-m", "celery", "-A", "footprint_site", "beat", "--loglevel=INFO"],
     }
-    processes = {name: subprocess.Popen(cmd, cwd=BASE_DIR, env=env, start_new_session=True)
-                 for name, cmd in commands.items()}
+    processes = {
+        name: subprocess.Popen(cmd, cwd=BASE_DIR, env=env, start_new_session=True)
+        for name, cmd in commands.items()
+    }
     host = env.get("HOST", "127.0.0.1")
-    print(f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}"
-          "Press Ctrl-C to stop it.\n", flush=True)
+    print(
+        f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}Press Ctrl-C to stop it.\n",
+        flush=True,
+    )
 
     stopping = False
 

@@ -27,16 +27,28 @@ from ledger.schemas import (
 )
 
 router = Router(tags=["ledger"])
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+}
 
 
 def _body_within(request: HttpRequest, limit: int) -> bytes:
     declared = request.META.get("CONTENT_LENGTH")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {declared}.", limit=limit)
+        raise BodyTooLarge(
+            f"A request body may be at most {limit} bytes; this one is {declared}.", limit=limit
+        )
     body = request.body
     if len(body) > limit:
-        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {len(body)}.", limit=limit)
+        raise BodyTooLarge(
+            f"A request body may be at most {limit} bytes; this one is {len(body)}.", limit=limit
+        )
     return body
 
 
@@ -45,7 +57,9 @@ def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.post(
-    "/events", response={200: IngestOut, **ERRORS}, auth=AgentKeyAuth("ingest"),
+    "/events",
+    response={200: IngestOut, **ERRORS},
+    auth=AgentKeyAuth("ingest"),
     openapi_extra=_body_schema(EVENT_BATCH_SCHEMA),
 )
 def ingest_events(request: HttpRequest) -> HttpResponse:
@@ -59,7 +73,9 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
 
 
 @router.post(
-    "/recordings", response={200: RecordingOut, 201: RecordingOut, **ERRORS}, auth=AgentKeyAuth("ingest"),
+    "/recordings",
+    response={200: RecordingOut, 201: RecordingOut, **ERRORS},
+    auth=AgentKeyAuth("ingest"),
     openapi_extra=_body_schema(RECORDING_SCHEMA),
 )
 def ingest_recording(request: HttpRequest) -> HttpResponse:
@@ -76,15 +92,26 @@ def _iso(value: datetime | None) -> str | None:
 
 def run_as_json(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "runId": run.run_id, "source": run.source, "status": run.status,
-        "firstEventAt": _iso(run.first_event_at), "lastEventAt": _iso(run.last_event_at),
+        "runId": run.run_id,
+        "source": run.source,
+        "status": run.status,
+        "firstEventAt": _iso(run.first_event_at),
+        "lastEventAt": _iso(run.last_event_at),
         "tokens": {"input": run.tokens_in, "output": run.tokens_out},
-        "iterations": run.iterations, "toolCalls": run.tool_call_count, "refusals": run.refusal_count,
-        "events": run.event_count, "lastSeq": run.max_seq if run.max_seq >= 0 else None,
-        "head": run.head_hex, "hasGaps": run.has_gaps,
+        "iterations": run.iterations,
+        "toolCalls": run.tool_call_count,
+        "refusals": run.refusal_count,
+        "events": run.event_count,
+        "lastSeq": run.max_seq if run.max_seq >= 0 else None,
+        "head": run.head_hex,
+        "hasGaps": run.has_gaps,
     }
-    for key, value in (("sessionId", run.session_id), ("tenant", run.tenant),
-                       ("principal", run.principal), ("agentId", run.agent_id)):
+    for key, value in (
+        ("sessionId", run.session_id),
+        ("tenant", run.tenant),
+        ("principal", run.principal),
+        ("agentId", run.agent_id),
+    ):
         if value is not None:
             out[key] = value
     return out
@@ -104,8 +131,13 @@ def list_runs(request: HttpRequest, filters: Query[RunFilter]) -> HttpResponse:
     """Runs of the key's project, newest first; pass `nextCursor` back as `cursor` for the next page."""
     limit = max(1, min(filters.limit, 200))
     runs = selectors.run_list(
-        projects=[project_of(request)], session=filters.session, status=filters.status,
-        since=filters.since, until=filters.until, before_id=selectors.decode_cursor(filters.cursor), limit=limit,
+        projects=[project_of(request)],
+        session=filters.session,
+        status=filters.status,
+        since=filters.since,
+        until=filters.until,
+        before_id=selectors.decode_cursor(filters.cursor),
+        limit=limit,
     )
     page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs[:limit]]}
     if len(runs) > limit:

@@ -69,7 +69,9 @@ def _check_id(meta: dict[str, Any], key: str, index: int, required: bool) -> dic
     value = meta[key]
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         return _problem(
-            index, f"meta.{key}", f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters."
+            index,
+            f"meta.{key}",
+            f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters.",
         )
     return None
 
@@ -82,15 +84,23 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
     unknown = raw.keys() - ENVELOPE_KEYS
     if unknown:
         names = ", ".join(sorted(unknown))
-        problems.append(_problem(index, names, f"Unknown envelope keys: {names}. An event has seq, type, payload, meta."))
+        problems.append(
+            _problem(index, names, f"Unknown envelope keys: {names}. An event has seq, type, payload, meta.")
+        )
     seq = raw.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
         problems.append(
-            _problem(index, "seq", f"seq must be an integer from 0 to {MAX_SEQ}: the event's 0-based number within its run.")
+            _problem(
+                index,
+                "seq",
+                f"seq must be an integer from 0 to {MAX_SEQ}: the event's 0-based number within its run.",
+            )
         )
     type_ = raw.get("type")
     if not isinstance(type_, str) or not type_ or len(type_) > MAX_ID_LENGTH:
-        problems.append(_problem(index, "type", f"type must be a non-empty string of at most {MAX_ID_LENGTH} characters."))
+        problems.append(
+            _problem(index, "type", f"type must be a non-empty string of at most {MAX_ID_LENGTH} characters.")
+        )
     meta = raw.get("meta")
     if not isinstance(meta, dict):
         problems.append(_problem(index, "meta", "meta must be an object carrying at least runId."))
@@ -100,14 +110,20 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
             if problem:
                 problems.append(problem)
         wall = meta.get("wallClockMs")
-        if "wallClockMs" in meta and (not isinstance(wall, int | float) or isinstance(wall, bool) or not 0 <= wall < 2**53):
-            problems.append(_problem(index, "meta.wallClockMs", "meta.wallClockMs must be a Unix time in milliseconds."))
+        if "wallClockMs" in meta and (
+            not isinstance(wall, int | float) or isinstance(wall, bool) or not 0 <= wall < 2**53
+        ):
+            problems.append(
+                _problem(index, "meta.wallClockMs", "meta.wallClockMs must be a Unix time in milliseconds.")
+            )
         for key in ("subflowPath", "compositionPath"):
             if key in meta and not isinstance(meta[key], list):
                 problems.append(_problem(index, f"meta.{key}", f"meta.{key} must be an array."))
     if problems:
         return None, problems
-    assert isinstance(meta, dict) and isinstance(seq, int) and isinstance(type_, str)
+    assert isinstance(meta, dict)
+    assert isinstance(seq, int)
+    assert isinstance(type_, str)
     return (
         Event(
             run_id=meta["runId"],
@@ -134,17 +150,20 @@ def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
     if extra:
         names = ", ".join(sorted(extra))
         raise BatchInvalid(
-            f"Unknown top-level keys: {names}. The body is {{\"events\": [...]}}.",
+            f'Unknown top-level keys: {names}. The body is {{"events": [...]}}.',
             errors=[_problem(-1, names, "unknown key")],
         )
     raw_events = document["events"]
     if len(raw_events) > max_events:
         raise BodyTooLarge(
-            f"A request may carry at most {max_events} events; this one has {len(raw_events)}. Split it into batches.",
+            f"A request may carry at most {max_events} events; this one has {len(raw_events)}. "
+            "Split it into batches.",
             limit=max_events,
         )
     if not raw_events:
-        raise BatchInvalid("events is empty: send at least one event.", errors=[_problem(-1, "events", "empty")])
+        raise BatchInvalid(
+            "events is empty: send at least one event.", errors=[_problem(-1, "events", "empty")]
+        )
     return check_events(raw_events)
 
 
@@ -160,7 +179,8 @@ def check_events(raw_events: list[Any]) -> list[Event]:
         bad = sorted({p["index"] for p in problems})
         shown = ", ".join(str(i) for i in bad[:10]) + (" …" if len(bad) > 10 else "")
         raise BatchInvalid(
-            f"{len(bad)} event(s) are not valid agentfootprint envelopes (indexes {shown}); nothing was stored.",
+            f"{len(bad)} event(s) are not valid agentfootprint envelopes (indexes {shown}); "
+            "nothing was stored.",
             errors=problems[:200],
         )
     return events

@@ -101,9 +101,7 @@ class Run(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["project", "run_id"], name="run_unique_per_project")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_unique_per_project")]
         indexes = [
             models.Index(fields=["project", "-created_at", "-id"], name="run_list_newest"),
             models.Index(fields=["project", "session_id"], name="run_by_session"),
@@ -169,9 +167,7 @@ class ToolCall(models.Model):
     end_seq = models.IntegerField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "tool_call_id"], name="toolcall_unique_id")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "tool_call_id"], name="toolcall_unique_id")]
 
     def __str__(self) -> str:
         return f"{self.tool_name}({self.tool_call_id})"
@@ -199,9 +195,7 @@ class MiddlewareDecision(models.Model):
     after = models.JSONField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="decision_unique_seq")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="decision_unique_seq")]
 
     def __str__(self) -> str:
         return f"{self.middleware}: {self.outcome}"
@@ -300,9 +294,7 @@ class Recording(models.Model):
     received_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "sha256"], name="recording_unique_body")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "sha256"], name="recording_unique_body")]
 
     def __str__(self) -> str:
         return f"recording of {self.run_id}"

@@ -86,11 +86,31 @@ class Projection:
     effects: list[tuple[Any, ...]] = field(default_factory=list)
     refusals: list[tuple[Any, ...]] = field(default_factory=list)
 
-    def refusal(self, event: Event, category: str, rule: str | None, reason: str | None, *,
-                tool_name: str | None = None, tool_call_id: str | None = None,
-                iteration: int | None = None) -> None:
-        self.refusals.append((event.run_id, event.seq, event.type, category, rule, reason,
-                              tool_name, tool_call_id, iteration, event.wall_clock_ms))
+    def refusal(
+        self,
+        event: Event,
+        category: str,
+        rule: str | None,
+        reason: str | None,
+        *,
+        tool_name: str | None = None,
+        tool_call_id: str | None = None,
+        iteration: int | None = None,
+    ) -> None:
+        self.refusals.append(
+            (
+                event.run_id,
+                event.seq,
+                event.type,
+                category,
+                rule,
+                reason,
+                tool_name,
+                tool_call_id,
+                iteration,
+                event.wall_clock_ms,
+            )
+        )
         self.deltas[event.run_id].refusals += 1
 
     def tool_call(self, run_id: str, tool_call_id: str) -> dict[str, Any]:
@@ -114,8 +134,11 @@ def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     if call_id is None:
         return
     p.tool_call(e.run_id, call_id).update(
-        result=json_text(payload, "result"), error=_bool(payload, "error"),
-        status=_str(payload, "status"), duration_ms=_int(payload, "durationMs"), end_seq=e.seq,
+        result=json_text(payload, "result"),
+        error=_bool(payload, "error"),
+        status=_str(payload, "status"),
+        duration_ms=_int(payload, "durationMs"),
+        end_seq=e.seq,
     )
 
 
@@ -137,57 +160,111 @@ def _run_configured(p: Projection, e: Event, payload: dict[str, Any]) -> None:
 
 def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     outcome = _str(payload, "outcome") or ""
-    p.decisions.append((
-        e.run_id, e.seq, _str(payload, "middleware") or "", _str(payload, "moment") or "",
-        _str(payload, "at"), _str(payload, "phase"), _str(payload, "toolName"),
-        _str(payload, "toolCallId"), _int(payload, "iteration"), outcome,
-        _bool(payload, "changed"), _str(payload, "why"), _str(payload, "componentId"),
-        json_text(payload, "from"),
-    ))
+    p.decisions.append(
+        (
+            e.run_id,
+            e.seq,
+            _str(payload, "middleware") or "",
+            _str(payload, "moment") or "",
+            _str(payload, "at"),
+            _str(payload, "phase"),
+            _str(payload, "toolName"),
+            _str(payload, "toolCallId"),
+            _int(payload, "iteration"),
+            outcome,
+            _bool(payload, "changed"),
+            _str(payload, "why"),
+            _str(payload, "componentId"),
+            json_text(payload, "from"),
+        )
+    )
     if outcome == "deny":
-        p.refusal(e, "middleware", _str(payload, "middleware"), _str(payload, "why"),
-                  tool_name=_str(payload, "toolName"), tool_call_id=_str(payload, "toolCallId"),
-                  iteration=_int(payload, "iteration"))
+        p.refusal(
+            e,
+            "middleware",
+            _str(payload, "middleware"),
+            _str(payload, "why"),
+            tool_name=_str(payload, "toolName"),
+            tool_call_id=_str(payload, "toolCallId"),
+            iteration=_int(payload, "iteration"),
+        )
 
 
 def _permission(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     halt = e.type.endswith("permission.halt")
     result = "halt" if halt else (_str(payload, "result") or "")
-    p.verdicts.append((
-        e.run_id, e.seq, e.type.removeprefix(PREFIX), _str(payload, "capability"),
-        _str(payload, "actor") or _str(payload, "checkerId"), _str(payload, "target"), result,
-        _str(payload, "policyRuleId"), _str(payload, "rationale"), _str(payload, "reason"),
-    ))
+    p.verdicts.append(
+        (
+            e.run_id,
+            e.seq,
+            e.type.removeprefix(PREFIX),
+            _str(payload, "capability"),
+            _str(payload, "actor") or _str(payload, "checkerId"),
+            _str(payload, "target"),
+            result,
+            _str(payload, "policyRuleId"),
+            _str(payload, "rationale"),
+            _str(payload, "reason"),
+        )
+    )
     if result in ("deny", "halt"):
         rule = _str(payload, "policyRuleId") or _str(payload, "checkerId") or _str(payload, "capability")
         reason = _str(payload, "rationale") or _str(payload, "reason")
         target = _str(payload, "target")
-        p.refusal(e, "permission", rule, reason, tool_name=target,
-                  iteration=_int(payload, "iteration"))
+        p.refusal(e, "permission", rule, reason, tool_name=target, iteration=_int(payload, "iteration"))
 
 
 def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     outcome = _str(payload, "outcome") or ""
-    p.effects.append((
-        e.run_id, e.seq, _str(payload, "kind") or "", outcome, _str(payload, "toolName"),
-        _str(payload, "toolCallId"), _int(payload, "iteration"), _str(payload, "targetSkillId"),
-        _str(payload, "reason"), _str(payload, "instructionId"), _str(payload, "deliveryLease"),
-        _str(payload, "refusalReason"), _str(payload, "supersededBy"),
-    ))
+    p.effects.append(
+        (
+            e.run_id,
+            e.seq,
+            _str(payload, "kind") or "",
+            outcome,
+            _str(payload, "toolName"),
+            _str(payload, "toolCallId"),
+            _int(payload, "iteration"),
+            _str(payload, "targetSkillId"),
+            _str(payload, "reason"),
+            _str(payload, "instructionId"),
+            _str(payload, "deliveryLease"),
+            _str(payload, "refusalReason"),
+            _str(payload, "supersededBy"),
+        )
+    )
     if outcome in ("refused", "superseded"):
         reason = _str(payload, "refusalReason") or f"superseded by {_str(payload, 'supersededBy')}"
-        p.refusal(e, "effect", _str(payload, "kind"), reason, tool_name=_str(payload, "toolName"),
-                  tool_call_id=_str(payload, "toolCallId"), iteration=_int(payload, "iteration"))
+        p.refusal(
+            e,
+            "effect",
+            _str(payload, "kind"),
+            reason,
+            tool_name=_str(payload, "toolName"),
+            tool_call_id=_str(payload, "toolCallId"),
+            iteration=_int(payload, "iteration"),
+        )
 
 
-def _refusal_of(category: str, rule_key: str, reason: Callable[[dict[str, Any]], str | None],
-                when: Callable[[dict[str, Any]], bool] = lambda _: True,
-                tool_key: str = "toolName") -> Projector:
+def _refusal_of(
+    category: str,
+    rule_key: str,
+    reason: Callable[[dict[str, Any]], str | None],
+    when: Callable[[dict[str, Any]], bool] = lambda _: True,
+    tool_key: str = "toolName",
+) -> Projector:
     def project(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         if when(payload):
-            p.refusal(e, category, _str(payload, rule_key), reason(payload),
-                      tool_name=_str(payload, tool_key), tool_call_id=_str(payload, "toolCallId"),
-                      iteration=_int(payload, "iteration"))
+            p.refusal(
+                e,
+                category,
+                _str(payload, rule_key),
+                reason(payload),
+                tool_name=_str(payload, tool_key),
+                tool_call_id=_str(payload, "toolCallId"),
+                iteration=_int(payload, "iteration"),
+            )
+
     return project
 
 
@@ -196,8 +273,10 @@ def _issues_text(payload: dict[str, Any]) -> str:
     if not isinstance(issues, list):
         return "arguments did not match the tool's input schema"
     parts = [
-        f"{'.'.join(map(str, i.get('path') or [])) or '(root)'}: expected {i.get('expected')}, got {i.get('got')}"
-        if isinstance(i, dict) else str(i)
+        f"{'.'.join(map(str, i.get('path') or [])) or '(root)'}: "
+        f"expected {i.get('expected')}, got {i.get('got')}"
+        if isinstance(i, dict)
+        else str(i)
         for i in issues
     ]
     return "; ".join(parts)
@@ -208,8 +287,15 @@ def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         by = _str(payload, "by")
         note = _str(payload, "note")
         reason = f"declined by {by}" + (f": {note}" if note else "")
-        p.refusal(e, "checkin", by, reason, tool_name=_str(payload, "toolName"),
-                  tool_call_id=_str(payload, "toolCallId"), iteration=_int(payload, "iteration"))
+        p.refusal(
+            e,
+            "checkin",
+            by,
+            reason,
+            tool_name=_str(payload, "toolName"),
+            tool_call_id=_str(payload, "toolCallId"),
+            iteration=_int(payload, "iteration"),
+        )
 
 
 PROJECTORS: dict[str, Projector] = {
@@ -224,21 +310,29 @@ PROJECTORS: dict[str, Projector] = {
     "tools.effect": _effect,
     "checkin.decision": _checkin_decision,
     "validation.args_invalid": _refusal_of(
-        "validation", "toolName", _issues_text, when=lambda pl: pl.get("enforced") is True),
+        "validation", "toolName", _issues_text, when=lambda pl: pl.get("enforced") is True
+    ),
     "tools.result_refused": _refusal_of(
-        "ceiling", "toolName",
-        lambda pl: f"result of {pl.get('sizeChars')} characters is over the tool's ceiling of {pl.get('maxChars')}"),
+        "ceiling",
+        "toolName",
+        lambda pl: (
+            f"result of {pl.get('sizeChars')} characters is over the tool's ceiling of {pl.get('maxChars')}"
+        ),
+    ),
     "skill.rejected": _refusal_of(
-        "skill", "requestedId",
-        lambda pl: f"skill '{pl.get('requestedId')}' is not allowed from '{pl.get('currentSkillId')}'"),
-    "artifacts.refused": _refusal_of(
-        "artifact", "op", lambda pl: _str(pl, "reason"), tool_key="tool"),
+        "skill",
+        "requestedId",
+        lambda pl: f"skill '{pl.get('requestedId')}' is not allowed from '{pl.get('currentSkillId')}'",
+    ),
+    "artifacts.refused": _refusal_of("artifact", "op", lambda pl: _str(pl, "reason"), tool_key="tool"),
     "credential.failed": _refusal_of("credential", "service", lambda pl: _str(pl, "reason"), tool_key="tool"),
     "agent.evidence_checked": _refusal_of(
-        "evidence", "posture", lambda pl: f"unsupported values: {orjson.dumps(pl.get('unsupported')).decode()}",
-        when=lambda pl: pl.get("action") == "refused"),
-    "agent.output_contract_unmet": _refusal_of(
-        "output-contract", "brokenBy", lambda pl: _str(pl, "error")),
+        "evidence",
+        "posture",
+        lambda pl: f"unsupported values: {orjson.dumps(pl.get('unsupported')).decode()}",
+        when=lambda pl: pl.get("action") == "refused",
+    ),
+    "agent.output_contract_unmet": _refusal_of("output-contract", "brokenBy", lambda pl: _str(pl, "error")),
     "integrity.context_error": _refusal_of("integrity", "kind", lambda pl: _str(pl, "message")),
 }
 

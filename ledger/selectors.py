@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
@@ -40,8 +40,13 @@ def decode_cursor(cursor: str | None) -> int | None:
 
 
 def run_list(
-    *, projects: QuerySet[Project] | list[Project], session: str | None = None, status: str | None = None,
-    since: datetime | None = None, until: datetime | None = None, before_id: int | None = None,
+    *,
+    projects: QuerySet[Project] | list[Project],
+    session: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before_id: int | None = None,
     limit: int = 50,
 ) -> list[Run]:
     """Runs of the given projects, newest first, keyset-paged by id (`before_id`).
@@ -79,7 +84,7 @@ def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> list[
     )
 
 
-def projects_for_user(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
+def projects_for_user(user: User | AnonymousUser) -> QuerySet[Project]:
     if not user.is_authenticated:
         return Project.objects.none()
     if user.is_superuser:
@@ -87,16 +92,18 @@ def projects_for_user(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Projec
     return Project.objects.filter(memberships__user=user).distinct()
 
 
-def run_get_for_user(*, user: AbstractBaseUser | AnonymousUser, project_slug: str, run_id: str) -> Run:
-    run = Run.objects.select_related("project").filter(
-        project__in=projects_for_user(user), project__slug=project_slug, run_id=run_id
-    ).first()
+def run_get_for_user(*, user: User | AnonymousUser, project_slug: str, run_id: str) -> Run:
+    run = (
+        Run.objects.select_related("project")
+        .filter(project__in=projects_for_user(user), project__slug=project_slug, run_id=run_id)
+        .first()
+    )
     if run is None:
         raise RunNotFound(f"No run '{run_id}' in project '{project_slug}'.")
     return run
 
 
-def role_of(*, user: AbstractBaseUser | AnonymousUser, project: Project) -> str | None:
+def role_of(*, user: User | AnonymousUser, project: Project) -> str | None:
     if not user.is_authenticated:
         return None
     if user.is_superuser:
@@ -119,8 +126,17 @@ class ChainVerdict:
         return verdict
 
 
-def _record_problem(position: int, expected_position: int, prev: bytes, running: bytes,
-                    body: str, doc: Any, stored_hash: bytes, seq: int, type_: str) -> str | None:
+def _record_problem(
+    position: int,
+    expected_position: int,
+    prev: bytes,
+    running: bytes,
+    body: str,
+    doc: Any,
+    stored_hash: bytes,
+    seq: int,
+    type_: str,
+) -> str | None:
     if position != expected_position:
         return f"record {expected_position} is missing: the next stored record is at position {position}"
     if prev != running:
@@ -151,14 +167,18 @@ def run_chain_verify(*, run: Run) -> ChainVerdict:
             [run.pk],
         )
         for position, prev, stored_hash, body, doc, seq, type_ in cur:
-            problem = _record_problem(position, checked, bytes(prev), running, body, doc, bytes(stored_hash), seq, type_)
+            problem = _record_problem(
+                position, checked, bytes(prev), running, body, doc, bytes(stored_hash), seq, type_
+            )
             if problem:
                 return ChainVerdict(False, checked, checked, problem)
             running = bytes(stored_hash)
             checked += 1
     if checked != run.chain_length or running != bytes(run.head_hash):
         return ChainVerdict(
-            False, checked, checked,
+            False,
+            checked,
+            checked,
             f"the run's recorded head covers {run.chain_length} records but {checked} are stored: "
             "records were removed from the end of the chain",
         )

@@ -46,10 +46,16 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     next_cursor = selectors.encode_cursor(runs[RUNS_PER_PAGE - 1].pk) if len(runs) > RUNS_PER_PAGE else None
     template = "ledger/run_list.html" + ("#run-page" if _wants_partial(request) else "")
-    return render(request, template, {
-        "runs": runs[:RUNS_PER_PAGE], "next_cursor": next_cursor, "statuses": Run.Status.values,
-        "filters": {"session": request.GET.get("session", ""), "status": status or ""},
-    })
+    return render(
+        request,
+        template,
+        {
+            "runs": runs[:RUNS_PER_PAGE],
+            "next_cursor": next_cursor,
+            "statuses": Run.Status.values,
+            "filters": {"session": request.GET.get("session", ""), "status": status or ""},
+        },
+    )
 
 
 def _run_or_404(request: HttpRequest, project_slug: str, run_id: str) -> Run:

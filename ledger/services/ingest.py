@@ -37,8 +37,12 @@ class RunReceipt:
 
     def as_json(self) -> dict[str, Any]:
         receipt: dict[str, Any] = {
-            "runId": self.run_id, "accepted": self.accepted, "duplicates": self.duplicates,
-            "lastSeq": self.last_seq, "head": self.head, "gaps": self.gaps,
+            "runId": self.run_id,
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "lastSeq": self.last_seq,
+            "head": self.head,
+            "gaps": self.gaps,
         }
         if self.gaps_truncated:
             receipt["gapsTruncated"] = True
@@ -77,8 +81,16 @@ def _lock_run(cur: Cursor[Any], project: Project, run_id: str, events: list[Even
             updated_at = now()
         RETURNING id, chain_length, head_hash, max_seq
         """,
-        [project.pk, run_id, identity["sessionId"], identity["tenant"], identity["principal"],
-         Jsonb(identity["compositionPath"] or []), source, bytes(32)],
+        [
+            project.pk,
+            run_id,
+            identity["sessionId"],
+            identity["tenant"],
+            identity["principal"],
+            Jsonb(identity["compositionPath"] or []),
+            source,
+            bytes(32),
+        ],
     )
     pk, chain_length, head, max_seq = cur.fetchone()  # type: ignore[misc]
     return _RunState(pk=pk, chain_length=chain_length, head=bytes(head), max_seq=max_seq)
@@ -95,8 +107,9 @@ def _stored_bodies(cur: Cursor[Any], state: _RunState, events: list[Event]) -> d
     return {seq: body.encode() for seq, body in cur.fetchall()}
 
 
-def _split_new(run_id: str, events: list[Event], stored: dict[int, bytes],
-               positions: dict[int, int]) -> tuple[list[Event], int]:
+def _split_new(
+    run_id: str, events: list[Event], stored: dict[int, bytes], positions: dict[int, int]
+) -> tuple[list[Event], int]:
     """New events in seq order and the count of duplicates; a changed duplicate is a conflict."""
     fresh: dict[int, Event] = {}
     duplicates = 0
@@ -139,7 +152,9 @@ def _copy_events(cur: Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
             copy.write_row(row)
 
 
-def _copy_rows(cur: Cursor[Any], table: str, columns: str, types: list[str], rows: list[tuple[Any, ...]]) -> None:
+def _copy_rows(
+    cur: Cursor[Any], table: str, columns: str, types: list[str], rows: list[tuple[Any, ...]]
+) -> None:
     if not rows:
         return
     with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
@@ -165,33 +180,83 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
     def with_pk(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         return [(pks[row[0]], *row[1:]) for row in rows]
 
-    _copy_rows(cur, "ledger_middlewaredecision",
-               "run_id, seq, middleware, moment, at, phase, tool_name, tool_call_id, iteration,"
-               " outcome, changed, why, component_id, origins",
-               ["int8", "int4", "text", "text", "text", "text", "text", "text", "int4", "text", "bool",
-                "text", "text", "jsonb"],
-               [(*row[:-1], None if row[-1] is None else Jsonb(row[-1].encode(), dumps=_raw_json))
-                for row in with_pk(projection.decisions)])
-    _copy_rows(cur, "ledger_permissionverdict",
-               "run_id, seq, event_type, capability, actor, target, result, policy_rule_id, rationale, reason",
-               ["int8", "int4", "text", "text", "text", "text", "text", "text", "text", "text"],
-               with_pk(projection.verdicts))
-    _copy_rows(cur, "ledger_tooleffect",
-               "run_id, seq, kind, outcome, tool_name, tool_call_id, iteration, target_skill_id, reason,"
-               " instruction_id, delivery_lease, refusal_reason, superseded_by",
-               ["int8", "int4", "text", "text", "text", "text", "int4", "text", "text", "text", "text",
-                "text", "text"],
-               with_pk(projection.effects))
-    _copy_rows(cur, "ledger_refusal",
-               "run_id, seq, event_type, category, rule, reason, tool_name, tool_call_id, iteration, wall_clock_ms",
-               ["int8", "int4", "text", "text", "text", "text", "text", "text", "int4", "int8"],
-               with_pk(projection.refusals))
+    _copy_rows(
+        cur,
+        "ledger_middlewaredecision",
+        "run_id, seq, middleware, moment, at, phase, tool_name, tool_call_id, iteration,"
+        " outcome, changed, why, component_id, origins",
+        [
+            "int8",
+            "int4",
+            "text",
+            "text",
+            "text",
+            "text",
+            "text",
+            "text",
+            "int4",
+            "text",
+            "bool",
+            "text",
+            "text",
+            "jsonb",
+        ],
+        [
+            (*row[:-1], None if row[-1] is None else Jsonb(row[-1].encode(), dumps=_raw_json))
+            for row in with_pk(projection.decisions)
+        ],
+    )
+    _copy_rows(
+        cur,
+        "ledger_permissionverdict",
+        "run_id, seq, event_type, capability, actor, target, result, policy_rule_id, rationale, reason",
+        ["int8", "int4", "text", "text", "text", "text", "text", "text", "text", "text"],
+        with_pk(projection.verdicts),
+    )
+    _copy_rows(
+        cur,
+        "ledger_tooleffect",
+        "run_id, seq, kind, outcome, tool_name, tool_call_id, iteration, target_skill_id, reason,"
+        " instruction_id, delivery_lease, refusal_reason, superseded_by",
+        [
+            "int8",
+            "int4",
+            "text",
+            "text",
+            "text",
+            "text",
+            "int4",
+            "text",
+            "text",
+            "text",
+            "text",
+            "text",
+            "text",
+        ],
+        with_pk(projection.effects),
+    )
+    _copy_rows(
+        cur,
+        "ledger_refusal",
+        "run_id, seq, event_type, category, rule, reason, tool_name, tool_call_id, iteration, wall_clock_ms",
+        ["int8", "int4", "text", "text", "text", "text", "text", "text", "int4", "int8"],
+        with_pk(projection.refusals),
+    )
     if projection.tool_calls:
         columns: dict[str, list[Any]] = defaultdict(list)
         for (run_id, call_id), fields in projection.tool_calls.items():
             columns["run_id"].append(pks[run_id])
             columns["tool_call_id"].append(call_id)
-            for name in ("tool_name", "args", "result", "error", "status", "duration_ms", "start_seq", "end_seq"):
+            for name in (
+                "tool_name",
+                "args",
+                "result",
+                "error",
+                "status",
+                "duration_ms",
+                "start_seq",
+                "end_seq",
+            ):
                 columns[name].append(fields.get(name))
         # COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
         cur.execute(
@@ -212,8 +277,21 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
                 start_seq = COALESCE(EXCLUDED.start_seq, ledger_toolcall.start_seq),
                 end_seq = COALESCE(EXCLUDED.end_seq, ledger_toolcall.end_seq)
             """,
-            [columns[name] for name in ("run_id", "tool_call_id", "tool_name", "args", "result", "error",
-                                         "status", "duration_ms", "start_seq", "end_seq")],
+            [
+                columns[name]
+                for name in (
+                    "run_id",
+                    "tool_call_id",
+                    "tool_name",
+                    "args",
+                    "result",
+                    "error",
+                    "status",
+                    "duration_ms",
+                    "start_seq",
+                    "end_seq",
+                )
+            ],
         )
 
 
@@ -235,7 +313,9 @@ def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
 
 
 @transaction.atomic
-def events_ingest(*, project: Project, events: list[Event], source: str = Run.Source.EVENTS) -> list[RunReceipt]:
+def events_ingest(
+    *, project: Project, events: list[Event], source: str = Run.Source.EVENTS
+) -> list[RunReceipt]:
     """Store the events not stored yet, chain them, project them, and return a receipt per run.
 
     Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended
@@ -259,15 +339,26 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
         for run_id in sorted(by_run):
             run_events = by_run[run_id]
             state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
-            fresh, duplicates[run_id] = _split_new(run_id, run_events, _stored_bodies(cur, state, run_events), positions)
+            fresh, duplicates[run_id] = _split_new(
+                run_id, run_events, _stored_bodies(cur, state, run_events), positions
+            )
             head = state.head
             for offset, event in enumerate(fresh):
                 prev, head = head, link_hash(head, event.body)
-                event_rows.append((
-                    state.pk, event.seq, state.chain_length + offset, event.type, _tool_call_id(event),
-                    event.wall_clock_ms, event.body.decode(), Jsonb(_doc_for_jsonb(event.body), dumps=_raw_json),
-                    prev, head,
-                ))
+                event_rows.append(
+                    (
+                        state.pk,
+                        event.seq,
+                        state.chain_length + offset,
+                        event.type,
+                        _tool_call_id(event),
+                        event.wall_clock_ms,
+                        event.body.decode(),
+                        Jsonb(_doc_for_jsonb(event.body), dumps=_raw_json),
+                        prev,
+                        head,
+                    )
+                )
             new_events.extend(fresh)
             accepted[run_id] = len(fresh)
             state.chain_length += len(fresh)
@@ -299,12 +390,18 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
                 RETURNING event_count, max_seq
                 """,
                 {
-                    "pk": state.pk, "chain_length": state.chain_length, "head": state.head,
-                    "accepted": accepted[run_id], "max_seq": max(e.seq for e in by_run[run_id]),
-                    "tokens_in": delta.tokens_in if delta else 0, "tokens_out": delta.tokens_out if delta else 0,
-                    "iterations": delta.iterations if delta else 0, "tool_calls": delta.tool_calls if delta else 0,
+                    "pk": state.pk,
+                    "chain_length": state.chain_length,
+                    "head": state.head,
+                    "accepted": accepted[run_id],
+                    "max_seq": max(e.seq for e in by_run[run_id]),
+                    "tokens_in": delta.tokens_in if delta else 0,
+                    "tokens_out": delta.tokens_out if delta else 0,
+                    "iterations": delta.iterations if delta else 0,
+                    "tool_calls": delta.tool_calls if delta else 0,
                     "refusals": delta.refusals if delta else 0,
-                    "status": delta.status if delta else None, "status_seq": delta.status_seq if delta else -1,
+                    "status": delta.status if delta else None,
+                    "status_seq": delta.status_seq if delta else -1,
                     "first": _ms_to_datetime(delta.first_wall_ms if delta else None),
                     "last": _ms_to_datetime(delta.last_wall_ms if delta else None),
                     "agent_id": delta.agent_id if delta else None,
@@ -312,8 +409,15 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
             )
             event_count, max_seq = cur.fetchone()  # type: ignore[misc]
             gaps, truncated = ([], False) if event_count == max_seq + 1 else _gaps(cur, state.pk)
-            receipts.append(RunReceipt(
-                run_id=run_id, accepted=accepted[run_id], duplicates=duplicates[run_id], last_seq=max_seq,
-                head=state.head.hex(), gaps=gaps, gaps_truncated=truncated,
-            ))
+            receipts.append(
+                RunReceipt(
+                    run_id=run_id,
+                    accepted=accepted[run_id],
+                    duplicates=duplicates[run_id],
+                    last_seq=max_seq,
+                    head=state.head.hex(),
+                    gaps=gaps,
+                    gaps_truncated=truncated,
+                )
+            )
     return receipts

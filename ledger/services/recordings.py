@@ -28,12 +28,14 @@ def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         if not isinstance(raw, dict) or "seq" in raw:
             raise RecordingInvalid(
                 f"recording.events[{index}] must be an event {{type, payload, meta}} without seq: the "
-                "server numbers a recording's events from run.firstRetainedEventIndex.")
+                "server numbers a recording's events from run.firstRetainedEventIndex."
+            )
         meta = raw.get("meta")
         if isinstance(meta, dict) and meta.get("runId") != run_id:
             raise RecordingInvalid(
                 f"recording.events[{index}] belongs to run '{meta.get('runId')}', not to the "
-                f"recording's run '{run_id}'.")
+                f"recording's run '{run_id}'."
+            )
         numbered.append({"seq": first_index + index, **raw})
     return run_id, numbered
 
@@ -54,14 +56,23 @@ def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
         for decision in decisions:
             if decision.pk in claimed:
                 continue
-            own = (decision.middleware, decision.moment, decision.tool_call_id, decision.iteration, decision.outcome)
+            own = (
+                decision.middleware,
+                decision.moment,
+                decision.tool_call_id,
+                decision.iteration,
+                decision.outcome,
+            )
             if own == tuple(row.get(k) for k in DECISION_KEYS):
                 claimed.add(decision.pk)
                 # Value(None, JSONField) stores JSON null; a missing key stays SQL NULL.
-                MiddlewareDecision.objects.filter(pk=decision.pk).update(**{
-                    key: models.Value(row[key], output_field=models.JSONField())
-                    for key in ("before", "after") if key in row
-                })
+                MiddlewareDecision.objects.filter(pk=decision.pk).update(
+                    **{
+                        key: models.Value(row[key], output_field=models.JSONField())
+                        for key in ("before", "after")
+                        if key in row
+                    }
+                )
                 attached += 1
                 break
     return attached
@@ -80,7 +91,8 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
         raise RecordingInvalid("A recording is a JSON object with format, run and recording.")
     if envelope.get("format") != RECORDING_FORMAT:
         raise RecordingInvalid(
-            f"Unknown recording format {envelope.get('format')!r}; this server reads {RECORDING_FORMAT}.")
+            f"Unknown recording format {envelope.get('format')!r}; this server reads {RECORDING_FORMAT}."
+        )
     run_id, raw_events = _events_of(envelope)
     if not raw_events:
         raise RecordingInvalid("recording.events is empty: there is nothing to store.")
@@ -88,11 +100,14 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
     run = Run.objects.get(project=project, run_id=run_id)
     run_info = envelope["run"]
     _, created = Recording.objects.get_or_create(
-        run=run, sha256=hashlib.sha256(body).digest(),
+        run=run,
+        sha256=hashlib.sha256(body).digest(),
         defaults={
             "body": body,
             "complete": run_info.get("complete") if isinstance(run_info.get("complete"), bool) else None,
-            "dropped_events": run_info.get("droppedEvents") if isinstance(run_info.get("droppedEvents"), int) else 0,
+            "dropped_events": run_info.get("droppedEvents")
+            if isinstance(run_info.get("droppedEvents"), int)
+            else 0,
         },
     )
     if created:

@@ -11,8 +11,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, help="project slug")
-        parser.add_argument("--scopes", nargs="+", default=list(AgentKey.Scope.values),
-                            choices=AgentKey.Scope.values, help="default: all scopes")
+        parser.add_argument(
+            "--scopes",
+            nargs="+",
+            default=list(AgentKey.Scope.values),
+            choices=AgentKey.Scope.values,
+            help="default: all scopes",
+        )
         parser.add_argument("--name", default="", help="a label for the key")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -21,6 +26,8 @@ class Command(BaseCommand):
             key, secret = agent_key_create(project=project, scopes=options["scopes"], name=options["name"])
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        self.stderr.write(f"Key {key.prefix}… for project '{project.slug}' with scopes {', '.join(key.scopes)}. "
-                          "It is shown once; store it now.")
+        self.stderr.write(
+            f"Key {key.prefix}… for project '{project.slug}' with scopes {', '.join(key.scopes)}. "
+            "It is shown once; store it now."
+        )
         self.stdout.write(secret)

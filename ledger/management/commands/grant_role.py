@@ -18,9 +18,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         user = get_user_model().objects.filter(username=options["user"]).first()
         if user is None:
-            raise CommandError(f"No user '{options['user']}'. Create one with `manage.py createsuperuser` or the admin.")
+            raise CommandError(
+                f"No user '{options['user']}'. Create one with `manage.py createsuperuser` or the admin."
+            )
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
-            raise CommandError(f"No project '{options['project']}'. `create_agent_key --project` creates one.")
+            raise CommandError(
+                f"No project '{options['project']}'. `create_agent_key --project` creates one."
+            )
         membership_grant(user=user, project=project, role=options["role"])
         self.stdout.write(f"{user.get_username()} is now {options['role']} of {project.slug}.")

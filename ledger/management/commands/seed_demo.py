@@ -49,8 +49,10 @@ class Command(BaseCommand):
         key_file = settings.DATA_DIR / "demo-agent-key"
         if key_file.exists() and agent_key_get_by_secret(secret=key_file.read_text().strip()) is None:
             key_file.unlink()  # the database was reset: mint a new key
-        key = _remembered(key_file, lambda: agent_key_create(
-            project=project, scopes=list(AgentKey.Scope.values), name="demo")[1])
+        key = _remembered(
+            key_file,
+            lambda: agent_key_create(project=project, scopes=list(AgentKey.Scope.values), name="demo")[1],
+        )
 
         for name in ("middleware-events.json", "tool-effects-events.json"):
             events = orjson.loads((DEMO / name).read_bytes())["events"]

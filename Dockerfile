@@ -1,0 +1,12 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml requirements.lock ./
+RUN pip install --no-cache-dir -r requirements.lock
+COPY . .
+RUN pip install --no-cache-dir --no-deps -e . \
+    && DJANGO_SECRET_KEY=build DATABASE_URL=postgres://unused@localhost/unused python manage.py collectstatic --no-input
+RUN useradd --create-home footprint && chown -R footprint /app
+USER footprint
+EXPOSE 8000
+CMD ["gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"]
