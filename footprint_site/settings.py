@@ -123,13 +123,14 @@ if _broker_url:
     CELERY_BROKER_URL = _broker_url
 else:
     _broker_dir = DATA_DIR / "broker"
-    for _sub in ("out", "processed"):
+    for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "data_folder_processed": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
     }
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
