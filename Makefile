@@ -44,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	DJANGO_SECRET_KEY=typecheck $(BIN)/mypy footprint_site ledger artifacts
+	DJANGO_SECRET_KEY=typecheck DATABASE_URL=postgres://typecheck@localhost/typecheck $(BIN)/mypy footprint_site ledger artifacts
 
 check: lint typecheck test
 

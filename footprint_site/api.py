@@ -1,5 +1,6 @@
 """The JSON API under /api/v1: agent keys in, `{error, code}` sentences out when anything is wrong."""
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
@@ -15,6 +16,9 @@ api = NinjaAPI(
     description="Evidence of agentfootprint runs: typed events, recordings, asks and artifacts.",
 )
 api.add_router("/", "ledger.api.router")
+api.add_router("/artifacts", "artifacts.api.router")
+if settings.FOOTPRINT_TEST_HOOKS:
+    api.add_router("/testing", "artifacts.testing_api.router")
 
 
 @api.exception_handler(LedgerError)

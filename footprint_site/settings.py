@@ -62,6 +62,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "builtins": ["template_partials.templatetags.partials"],
         },
     },
 ]
@@ -141,12 +142,20 @@ CELERY_TASK_TIME_LIMIT = 15 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 14 * 60
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "artifacts-sweep": {
+        "task": "artifacts.tasks.artifacts_sweep",
+        "schedule": env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0),
+    },
+}
 
 # Ingestion limits, stated in every 413 answer.
 FOOTPRINT_MAX_EVENTS_PER_REQUEST = env.int("FOOTPRINT_MAX_EVENTS_PER_REQUEST", default=5_000)
 FOOTPRINT_MAX_REQUEST_BYTES = env.int("FOOTPRINT_MAX_REQUEST_BYTES", default=8 * 1024 * 1024)
 FOOTPRINT_MAX_RECORDING_BYTES = env.int("FOOTPRINT_MAX_RECORDING_BYTES", default=32 * 1024 * 1024)
+FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES = env.int("FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES", default=16 * 1024 * 1024)
+# Test-only HTTP hooks (fresh stores, clock, corruption) for the conformance battery. Never in production.
+FOOTPRINT_TEST_HOOKS = env.bool("FOOTPRINT_TEST_HOOKS", default=False)
 # Django refuses bodies above this before our own limit can answer with a sentence; keep it larger.
 DATA_UPLOAD_MAX_MEMORY_SIZE = FOOTPRINT_MAX_RECORDING_BYTES + 1024 * 1024
 

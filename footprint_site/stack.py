@@ -65,8 +65,7 @@ def main() -> int:
         "beat": [PYTHON, "-m", "celery", "-A", "footprint_site", "beat", "--loglevel=INFO"],
     }
     processes = {
-        name: subprocess.Popen(cmd, cwd=BASE_DIR, env=env, start_new_session=True)
-        for name, cmd in commands.items()
+        name: subprocess.Popen(cmd, cwd=BASE_DIR, env=env, start_new_session=True) for name, cmd in commands.items()
     }
     host = env.get("HOST", "127.0.0.1")
     print(

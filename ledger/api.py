@@ -41,14 +41,10 @@ ERRORS = {
 def _body_within(request: HttpRequest, limit: int) -> bytes:
     declared = request.META.get("CONTENT_LENGTH")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(
-            f"A request body may be at most {limit} bytes; this one is {declared}.", limit=limit
-        )
+        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {declared}.", limit=limit)
     body = request.body
     if len(body) > limit:
-        raise BodyTooLarge(
-            f"A request body may be at most {limit} bytes; this one is {len(body)}.", limit=limit
-        )
+        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {len(body)}.", limit=limit)
     return body
 
 

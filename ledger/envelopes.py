@@ -156,14 +156,11 @@ def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
     raw_events = document["events"]
     if len(raw_events) > max_events:
         raise BodyTooLarge(
-            f"A request may carry at most {max_events} events; this one has {len(raw_events)}. "
-            "Split it into batches.",
+            f"A request may carry at most {max_events} events; this one has {len(raw_events)}. Split it into batches.",
             limit=max_events,
         )
     if not raw_events:
-        raise BatchInvalid(
-            "events is empty: send at least one event.", errors=[_problem(-1, "events", "empty")]
-        )
+        raise BatchInvalid("events is empty: send at least one event.", errors=[_problem(-1, "events", "empty")])
     return check_events(raw_events)
 
 
@@ -179,8 +176,7 @@ def check_events(raw_events: list[Any]) -> list[Event]:
         bad = sorted({p["index"] for p in problems})
         shown = ", ".join(str(i) for i in bad[:10]) + (" …" if len(bad) > 10 else "")
         raise BatchInvalid(
-            f"{len(bad)} event(s) are not valid agentfootprint envelopes (indexes {shown}); "
-            "nothing was stored.",
+            f"{len(bad)} event(s) are not valid agentfootprint envelopes (indexes {shown}); nothing was stored.",
             errors=problems[:200],
         )
     return events

@@ -52,9 +52,7 @@ class Membership(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["user", "project"], name="membership_one_role_per_project")
-        ]
+        constraints = [models.UniqueConstraint(fields=["user", "project"], name="membership_one_role_per_project")]
 
     def __str__(self) -> str:
         return f"{self.user} is {self.role} of {self.project}"

@@ -273,8 +273,7 @@ def _issues_text(payload: dict[str, Any]) -> str:
     if not isinstance(issues, list):
         return "arguments did not match the tool's input schema"
     parts = [
-        f"{'.'.join(map(str, i.get('path') or [])) or '(root)'}: "
-        f"expected {i.get('expected')}, got {i.get('got')}"
+        f"{'.'.join(map(str, i.get('path') or [])) or '(root)'}: expected {i.get('expected')}, got {i.get('got')}"
         if isinstance(i, dict)
         else str(i)
         for i in issues
@@ -315,9 +314,7 @@ PROJECTORS: dict[str, Projector] = {
     "tools.result_refused": _refusal_of(
         "ceiling",
         "toolName",
-        lambda pl: (
-            f"result of {pl.get('sizeChars')} characters is over the tool's ceiling of {pl.get('maxChars')}"
-        ),
+        lambda pl: f"result of {pl.get('sizeChars')} characters is over the tool's ceiling of {pl.get('maxChars')}",
     ),
     "skill.rejected": _refusal_of(
         "skill",

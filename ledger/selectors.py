@@ -80,7 +80,7 @@ def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> list[
     return list(
         RunEvent.objects.filter(run=run, seq__gt=after_seq)
         .order_by("seq")
-        .only("seq", "position", "type", "body", "wall_clock_ms", "hash", "run_id")[: limit + 1]
+        .only("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")[: limit + 1]
     )
 
 

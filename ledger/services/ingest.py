@@ -152,9 +152,7 @@ def _copy_events(cur: Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
             copy.write_row(row)
 
 
-def _copy_rows(
-    cur: Cursor[Any], table: str, columns: str, types: list[str], rows: list[tuple[Any, ...]]
-) -> None:
+def _copy_rows(cur: Cursor[Any], table: str, columns: str, types: list[str], rows: list[tuple[Any, ...]]) -> None:
     if not rows:
         return
     with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
@@ -313,9 +311,7 @@ def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
 
 
 @transaction.atomic
-def events_ingest(
-    *, project: Project, events: list[Event], source: str = Run.Source.EVENTS
-) -> list[RunReceipt]:
+def events_ingest(*, project: Project, events: list[Event], source: str = Run.Source.EVENTS) -> list[RunReceipt]:
     """Store the events not stored yet, chain them, project them, and return a receipt per run.
 
     Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended

@@ -105,9 +105,7 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
         defaults={
             "body": body,
             "complete": run_info.get("complete") if isinstance(run_info.get("complete"), bool) else None,
-            "dropped_events": run_info.get("droppedEvents")
-            if isinstance(run_info.get("droppedEvents"), int)
-            else 0,
+            "dropped_events": run_info.get("droppedEvents") if isinstance(run_info.get("droppedEvents"), int) else 0,
         },
     )
     if created:

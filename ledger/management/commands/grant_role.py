@@ -23,8 +23,6 @@ class Command(BaseCommand):
             )
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
-            raise CommandError(
-                f"No project '{options['project']}'. `create_agent_key --project` creates one."
-            )
+            raise CommandError(f"No project '{options['project']}'. `create_agent_key --project` creates one.")
         membership_grant(user=user, project=project, role=options["role"])
         self.stdout.write(f"{user.get_username()} is now {options['role']} of {project.slug}.")

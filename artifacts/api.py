@@ -1,0 +1,163 @@
+"""The artifact port over HTTP (agent keys with the `artifacts` scope; scope in `AF-Scope`)."""
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from ninja import Router
+
+from artifacts import selectors, services
+from artifacts.exceptions import ArtifactBodyTooLarge, InvalidArtifact, InvalidWants
+from artifacts.models import ArtifactStore
+from artifacts.payloads import payload_out
+from artifacts.scopes import Scope, scope_from_header
+from artifacts.wants import wants_resolve
+from footprint_site.auth import AgentKeyAuth, project_of
+from footprint_site.responses import json_response
+from ledger.envelopes import parse_json
+from ledger.schemas import ErrorOut
+
+router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+    500: ErrorOut,
+}
+PUT_FIELDS = {"kind", "mediaType", "label", "digest", "expiresAt", "origin", "parentRefs", "payload"}
+SCOPE_HEADER = {
+    "parameters": [
+        {
+            "in": "header",
+            "name": "AF-Scope",
+            "required": True,
+            "schema": {"type": "string"},
+            "description": 'base64url of the UTF-8 JSON {"tenant"?, "principal"?, "conversationId"}',
+        }
+    ]
+}
+
+
+def _store(request: HttpRequest) -> ArtifactStore:
+    return services.store_for_project(project=project_of(request))
+
+
+def _scope(request: HttpRequest) -> Scope:
+    return scope_from_header(request.headers.get("AF-Scope"))
+
+
+def _json_body(request: HttpRequest) -> Any:
+    limit = settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES
+    declared = request.META.get("CONTENT_LENGTH")
+    if (declared and declared.isdigit() and int(declared) > limit) or len(request.body) > limit:
+        raise ArtifactBodyTooLarge(
+            f"[artifacts] put refused: a request body may be at most {limit} bytes. Store the payload in "
+            "smaller artifacts, or raise FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES.",
+            limit=limit,
+        )
+    return parse_json(request.body)
+
+
+@router.post("", response={201: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+def put_artifact(request: HttpRequest) -> HttpResponse:
+    """Mint an artifact. `payload.value` is the text, the exact JSON text, or base64 bytes."""
+    document = _json_body(request)
+    if not isinstance(document, dict):
+        raise InvalidArtifact("the body must be a JSON object {kind, mediaType, payload, …}.")
+    unknown = document.keys() - PUT_FIELDS
+    if unknown:
+        raise InvalidArtifact(f"unknown fields: {', '.join(sorted(unknown))}.")
+    spec = services.PutInput(
+        kind=document.get("kind"),
+        media_type=document.get("mediaType"),
+        payload=document.get("payload"),
+        label=document.get("label"),
+        digest=document.get("digest"),
+        expires_at=document.get("expiresAt"),
+        origin=document.get("origin"),
+        parent_refs=document.get("parentRefs"),
+        present=set(document),
+    )
+    meta, swept = services.artifact_put(store=_store(request), scope=_scope(request), spec=spec)
+    return json_response({"meta": meta, "swept": [s.as_json() for s in swept]}, status=201)
+
+
+@router.get("/capabilities", response={200: dict[str, Any], **ERRORS})
+def get_capabilities(request: HttpRequest) -> HttpResponse:
+    """What this store does. Streaming is absent: payloads live inline in PostgreSQL."""
+    store = _store(request)
+    retention = {
+        key: value
+        for key, value in (
+            ("ttlMs", store.ttl_ms),
+            ("maxTtlMs", store.max_ttl_ms),
+            ("maxBytesPerScope", store.max_bytes_per_scope),
+            ("maxCountPerScope", store.max_count_per_scope),
+        )
+        if value is not None
+    }
+    return json_response(
+        {
+            "putStream": False,
+            "getStream": False,
+            "maxListLimit": selectors.MAX_LIST_LIMIT,
+            "defaultListLimit": selectors.DEFAULT_LIST_LIMIT,
+            "retention": retention,
+            "evictionOrder": "oldest",
+            "digestAlgorithms": ["sha-256"],
+            "payloadShapes": ["text", "json", "binary"],
+            "maxRequestBytes": settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES,
+            "resolve": True,
+        }
+    )
+
+
+@router.post("/resolve", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+def resolve_wants(request: HttpRequest) -> HttpResponse:
+    """Resolve a tool's `wants` exactly as the framework's dispatch does, refusals word for word."""
+    document = _json_body(request)
+    if not isinstance(document, dict) or not isinstance(document.get("toolName"), str):
+        raise InvalidWants("The body is {toolName, wants, args, inputSchema?}.")
+    result = wants_resolve(
+        store=_store(request),
+        scope=_scope(request),
+        tool_name=document["toolName"],
+        wants=document.get("wants"),
+        args=document.get("args"),
+        input_schema=document.get("inputSchema"),
+    )
+    return json_response(result)
+
+
+@router.get("", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+def list_artifacts(request: HttpRequest, limit: int | None = None, cursor: str | None = None) -> HttpResponse:
+    """The scope's live artifacts, newest first, metadata only (limit ≤ 200; opaque cursor)."""
+    page, next_cursor = selectors.artifact_list(
+        store=_store(request), scope=_scope(request), limit=limit, cursor=cursor
+    )
+    body: dict[str, Any] = {"artifacts": [selectors.meta_of(a) for a in page]}
+    if next_cursor:
+        body["cursor"] = next_cursor
+    return json_response(body)
+
+
+@router.get("/{ref}/meta", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+def head_artifact(request: HttpRequest, ref: str) -> HttpResponse:
+    artifact = selectors.artifact_head(store=_store(request), scope=_scope(request), ref=ref)
+    return json_response({"meta": selectors.meta_of(artifact)})
+
+
+@router.get("/{ref}", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+def get_artifact(request: HttpRequest, ref: str) -> HttpResponse:
+    """Meta and payload; refuses (500 ERR_ARTIFACT_INTEGRITY) bytes that no longer match their digest."""
+    artifact, body = selectors.artifact_get(store=_store(request), scope=_scope(request), ref=ref)
+    return json_response({"meta": selectors.meta_of(artifact), "payload": payload_out(artifact.payload_shape, body)})
+
+
+@router.delete("/{ref}", response={204: None, **ERRORS}, openapi_extra=SCOPE_HEADER)
+def delete_artifact(request: HttpRequest, ref: str) -> HttpResponse:
+    services.artifact_delete(store=_store(request), scope=_scope(request), ref=ref)
+    return HttpResponse(status=204)

@@ -1,0 +1,56 @@
+"""Payload envelopes `{shape, value}` and their canonical bytes (spec §2.4). Pure."""
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+
+from artifacts.exceptions import InvalidArtifact
+
+SHAPES = ("text", "json", "binary")
+
+
+def canonical_bytes(payload: Any) -> tuple[str, bytes]:
+    """(shape, canonical bytes) of a put's payload; refuses anything not exactly one of the shapes.
+
+    A `json` value is the exact JSON text the client serialized (JS `JSON.stringify` output): the
+    server checks it parses and never re-serializes it, so digests match the framework's.
+    """
+    if not isinstance(payload, dict) or set(payload) != {"shape", "value"}:
+        raise InvalidArtifact('payload must be {"shape": "text" | "json" | "binary", "value": …}.')
+    shape, value = payload["shape"], payload["value"]
+    if shape not in SHAPES:
+        raise InvalidArtifact("payload.shape must be one of text, json or binary.")
+    if not isinstance(value, str):
+        raise InvalidArtifact(f"payload.value must be a string for shape {shape} (the text, the JSON text, or base64).")
+    if shape == "text":
+        return shape, value.encode("utf-8", errors="surrogatepass")
+    if shape == "json":
+        try:
+            orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise InvalidArtifact(
+                "payload.value is not valid JSON text; a json payload carries what JSON.stringify "
+                "produced (NaN, Infinity, cycles and functions have no JSON form)."
+            ) from None
+        return shape, value.encode("utf-8")
+    try:
+        return shape, base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArtifact("payload.value is not valid base64 for a binary payload.") from None
+
+
+def payload_out(shape: str, body: bytes) -> dict[str, str]:
+    if shape == "binary":
+        return {"shape": shape, "value": base64.b64encode(body).decode()}
+    return {"shape": shape, "value": body.decode("utf-8", errors="surrogatepass")}
+
+
+def payload_data(shape: str, body: bytes) -> Any:
+    """The value a tool receives: parsed JSON, the string, or the payload envelope for bytes."""
+    if shape == "json":
+        return orjson.loads(body)
+    if shape == "text":
+        return body.decode("utf-8", errors="surrogatepass")
+    return payload_out(shape, body)

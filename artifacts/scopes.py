@@ -1,0 +1,75 @@
+"""The framework's scope tuple `{tenant?, principal?, conversationId}`, carried in `AF-Scope`.
+
+Pure functions. The namespace key is encoding A of the artifacts spec (§3.3), byte-identical
+to `sqliteArtifacts.scope_ns`, and injective: no two scopes share a key.
+"""
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+import orjson
+
+from artifacts.exceptions import InvalidScope
+
+SCOPE_FIELDS = ("tenant", "principal", "conversationId")
+MAX_FIELD_CHARS = 1024
+HEADER_HELP = (
+    "Send the scope as the AF-Scope header: base64url of the UTF-8 JSON "
+    '{"tenant"?, "principal"?, "conversationId"}, each a string.'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    tenant: str | None
+    principal: str | None
+    conversation: str | None
+
+    @property
+    def namespace(self) -> str:
+        return "/".join(_encode_field(v) for v in (self.tenant, self.principal, self.conversation))
+
+
+def _encode_field(value: str | None) -> str:
+    if not value:  # None and "" both mean absent (spec §3.1)
+        return "_"
+    encoded = value.replace("%", "%25").replace("/", "%2F")
+    return "%5F" if encoded == "_" else encoded
+
+
+def scope_from_json(document: object) -> Scope:
+    """Check a decoded scope object. Messages name fields, never values (a scope is personal data)."""
+    if not isinstance(document, dict):
+        raise InvalidScope(f"The scope must be a JSON object. {HEADER_HELP}")
+    unknown = document.keys() - set(SCOPE_FIELDS)
+    if unknown:
+        raise InvalidScope(
+            f"The scope has unknown fields ({len(unknown)}); it takes only tenant, principal "
+            f"and conversationId. {HEADER_HELP}"
+        )
+    values: list[str | None] = []
+    for field in SCOPE_FIELDS:
+        value = document.get(field)
+        if value is not None and not isinstance(value, str):
+            raise InvalidScope(f"The scope's {field} must be a string when present. {HEADER_HELP}")
+        if value is not None and len(value) > MAX_FIELD_CHARS:
+            raise InvalidScope(f"The scope's {field} is longer than {MAX_FIELD_CHARS} characters.")
+        values.append(value or None)
+    return Scope(*values)
+
+
+def scope_from_header(header: str | None) -> Scope:
+    if not header:
+        raise InvalidScope(f"This operation needs a scope. {HEADER_HELP}")
+    try:
+        raw = base64.urlsafe_b64decode(header.strip() + "=" * (-len(header.strip()) % 4))
+        document = orjson.loads(raw)
+    except (binascii.Error, ValueError):
+        raise InvalidScope(f"The AF-Scope header is not base64url-encoded JSON. {HEADER_HELP}") from None
+    return scope_from_json(document)
+
+
+def scope_header(scope: dict[str, str]) -> str:
+    """Encode a scope for the AF-Scope header (used by clients and tests)."""
+    return base64.urlsafe_b64encode(orjson.dumps(scope)).decode().rstrip("=")

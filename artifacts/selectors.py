@@ -1,0 +1,140 @@
+"""Reads of the artifact store. Every read is scoped to (store, scope) and filters expiry by the
+store's clock before touching a payload, so an expired artifact is invisible however late the
+sweeper runs."""
+
+import base64
+import hashlib
+from typing import Any
+
+import orjson
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound
+from artifacts.models import Artifact, ArtifactStore
+from artifacts.refs import is_ref
+from artifacts.scopes import Scope
+from artifacts.services import store_now_ms
+
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 200
+META_FIELDS = (
+    "id",
+    "ref",
+    "kind",
+    "media_type",
+    "bytes",
+    "created_at",
+    "label",
+    "digest",
+    "expires_at",
+    "origin",
+    "parent_refs",
+    "payload_shape",
+    "expiry_bucket",
+)
+
+
+def meta_of(artifact: Artifact) -> dict[str, Any]:
+    """The framework's ArtifactMeta: absent fields are omitted, never null; the mint's key order."""
+    meta: dict[str, Any] = {
+        "ref": artifact.ref,
+        "kind": artifact.kind,
+        "mediaType": artifact.media_type,
+        "bytes": artifact.bytes,
+        "createdAt": artifact.created_at,
+    }
+    for key, value in (
+        ("label", artifact.label),
+        ("digest", artifact.digest),
+        ("expiresAt", artifact.expires_at),
+        ("origin", artifact.origin),
+        ("parentRefs", artifact.parent_refs),
+    ):
+        if value is not None:
+            meta[key] = value
+    return meta
+
+
+def not_found(ref: str) -> ArtifactNotFound:
+    """One answer, byte-identical but for the ref, for missing, expired, foreign and malformed refs."""
+    shown = ref if len(ref) <= 64 else ref[:61] + "…"
+    return ArtifactNotFound(
+        f"artifact '{shown}' does not resolve in this scope — missing, expired, swept, or never stored "
+        "under this scope."
+    )
+
+
+def _live(store: ArtifactStore, scope: Scope) -> QuerySet[Artifact]:
+    now = store_now_ms(store)
+    return Artifact.objects.filter(store=store, scope_ns=scope.namespace, deleted_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    )
+
+
+def artifact_head(*, store: ArtifactStore, scope: Scope, ref: str) -> Artifact:
+    artifact = _live(store, scope).filter(ref=ref).only(*META_FIELDS).first() if is_ref(ref) else None
+    if artifact is None:
+        raise not_found(ref)
+    return artifact
+
+
+def artifact_get(*, store: ArtifactStore, scope: Scope, ref: str) -> tuple[Artifact, bytes]:
+    """The artifact and its canonical bytes, re-hashed against the minted digest when it has one."""
+    artifact = artifact_head(store=store, scope=scope, ref=ref)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT body FROM artifacts_payload WHERE expiry_bucket = %s AND artifact_id = %s",
+            [artifact.expiry_bucket, artifact.pk],
+        )
+        row = cursor.fetchone()
+    if row is None:  # a live meta without its bytes is a store fault, not an absence
+        raise ArtifactIntegrity(f"[artifacts] get('{ref}') refused: the stored payload is missing.", ref=ref)
+    body = bytes(row[0])
+    if artifact.digest is not None:
+        actual = "sha-256:" + hashlib.sha256(body).hexdigest()
+        if actual != artifact.digest:
+            raise ArtifactIntegrity(
+                f"[artifacts] get('{ref}') refused: the stored payload no longer matches its minted digest "
+                f"(expected {artifact.digest}, computed {actual}). The bytes changed after put — a corrupted "
+                "file, an external edit, or a store bug — and returning them as if whole would be silent "
+                "corruption. Re-create the artifact from its source; the meta (head) is still readable.",
+                ref=ref,
+                expected=artifact.digest,
+                actual=actual,
+            )
+    return artifact, body
+
+
+def _decode_list_cursor(cursor: str | None) -> tuple[int, str] | None:
+    if not cursor or not cursor.startswith("k1."):
+        return None
+    try:
+        created_at, ref = orjson.loads(base64.urlsafe_b64decode(cursor[3:] + "=" * (-len(cursor[3:]) % 4)))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(created_at, int) or not is_ref(ref):
+        return None
+    return created_at, ref
+
+
+def _encode_list_cursor(artifact: Artifact) -> str:
+    return "k1." + base64.urlsafe_b64encode(orjson.dumps([artifact.created_at, artifact.ref])).decode().rstrip("=")
+
+
+def artifact_list(
+    *, store: ArtifactStore, scope: Scope, limit: int | None = None, cursor: str | None = None
+) -> tuple[list[Artifact], str | None]:
+    """Live artifacts of the scope, newest first (ties by ref), keyset-paged; metadata only.
+
+    An undecodable cursor restarts from the newest. The cursor is present only when more rows exist.
+    """
+    limit = max(1, min(int(limit or DEFAULT_LIST_LIMIT), MAX_LIST_LIMIT))
+    rows = _live(store, scope).only(*META_FIELDS).order_by("-created_at", "ref")
+    position = _decode_list_cursor(cursor)
+    if position is not None:
+        created_at, ref = position
+        rows = rows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, ref__gt=ref))
+    page = list(rows[: limit + 1])
+    next_cursor = _encode_list_cursor(page[limit - 1]) if len(page) > limit else None
+    return page[:limit], next_cursor

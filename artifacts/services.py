@@ -1,0 +1,435 @@
+"""Writes of the artifact store: put, delete, holds, sweeps, and the test hooks."""
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.utils import timezone
+
+from artifacts import partitions
+from artifacts.exceptions import ArtifactNotFound, InvalidArtifact, UnknownParentRef
+from artifacts.models import Artifact, ArtifactHold, ArtifactStore, SweepRun, Tombstone
+from artifacts.payloads import canonical_bytes
+from artifacts.refs import is_ref, mint_ref
+from artifacts.scopes import Scope
+from ledger.models import Project
+
+MAX_TTL_FACTS_PER_PUT = 1000
+PARTITION_LOCK = 7_730_001  # session advisory lock key of the partition-dropping phase
+
+
+def store_now_ms(store: ArtifactStore) -> int:
+    return int(time.time() * 1000) + store.clock_offset_ms
+
+
+def store_for_project(*, project: Project) -> ArtifactStore:
+    store, _ = ArtifactStore.objects.get_or_create(project=project)
+    return store
+
+
+@dataclass
+class PutInput:
+    kind: Any
+    media_type: Any
+    payload: Any
+    label: Any = None
+    digest: Any = None
+    expires_at: Any = None
+    origin: Any = None
+    parent_refs: Any = None
+    present: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Swept:
+    ref: str
+    reason: str
+    kind: str
+    bytes: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ref": self.ref, "reason": self.reason, "kind": self.kind, "bytes": self.bytes}
+
+
+def _check_put(spec: PutInput, now: int) -> None:
+    """Spec §1.2 steps 1-4, in order. Messages may quote kind or mediaType, never payload or scope."""
+    for name, value in (("kind", spec.kind), ("mediaType", spec.media_type)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidArtifact(f"{name} must be a non-empty string.")
+    if "expiresAt" in spec.present:
+        value = spec.expires_at
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise InvalidArtifact("expiresAt must be a finite number (unix milliseconds).")
+        if value <= now:
+            raise InvalidArtifact(
+                f"expiresAt {value} is not after the store's current time {now}: the artifact would be "
+                "born expired. State a later time, or omit expiresAt."
+            )
+    if "digest" in spec.present and spec.digest != "sha-256":
+        raise InvalidArtifact("digest must be 'sha-256', the only algorithm this store computes.")
+    if spec.label is not None and not isinstance(spec.label, str):
+        raise InvalidArtifact("label must be a string when present.")
+    if spec.origin is not None and not isinstance(spec.origin, dict):
+        raise InvalidArtifact("origin must be an object {runId?, toolCallId?} when present.")
+    if spec.parent_refs is not None and (
+        not isinstance(spec.parent_refs, list) or not all(isinstance(r, str) for r in spec.parent_refs)
+    ):
+        raise InvalidArtifact("parentRefs must be an array of art_… refs when present.")
+
+
+# Fragments of SQL kept as constants; no value is ever formatted into a query.
+LIVE_ROWS = "(expires_at IS NULL OR expires_at > %(now)s) AND deleted_at IS NULL"
+ROW_COLUMNS = "id, ref, kind, bytes, digest, expires_at, expiry_bucket, held"
+
+
+def _unresolved_parents(cursor: Any, store: ArtifactStore, scope: Scope, parents: list[str], now: int) -> list[str]:
+    candidates = [p for p in parents if is_ref(p)]
+    live: set[str] = set()
+    if candidates:
+        cursor.execute(
+            "SELECT ref FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "  # noqa: S608
+            "AND ref = ANY(%(refs)s) AND " + LIVE_ROWS,
+            {"store": store.pk, "ns": scope.namespace, "refs": candidates, "now": now},
+        )
+        live = {row[0] for row in cursor.fetchall()}
+    return [p for p in parents if p not in live]
+
+
+def _remove(
+    cursor: Any,
+    store: ArtifactStore,
+    rows: list[tuple[int, str, str, int, str | None, int | None, Any]],
+    reason_of: dict[int, str],
+    scope_ns: str,
+) -> None:
+    """Delete metadata and payload rows and leave a tombstone for each."""
+    if not rows:
+        return
+    ids = [r[0] for r in rows]
+    cursor.execute("DELETE FROM artifacts_artifact WHERE id = ANY(%s)", [ids])
+    cursor.execute(
+        "DELETE FROM artifacts_payload p USING unnest(%s::date[], %s::int8[]) AS d(b, i) "
+        "WHERE p.expiry_bucket = d.b AND p.artifact_id = d.i",
+        [[r[6] for r in rows], ids],
+    )
+    cursor.execute(
+        "INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason, expired_at, swept_at)"
+        " SELECT %s, %s, r, k, b, d, reason, e, now()"
+        " FROM unnest(%s::text[], %s::text[], %s::int8[], %s::text[], %s::text[], %s::int8[])"
+        " AS t(r, k, b, d, reason, e)",
+        [
+            store.pk,
+            scope_ns,
+            [r[1] for r in rows],
+            [r[2] for r in rows],
+            [r[3] for r in rows],
+            [r[4] for r in rows],
+            [reason_of[r[0]] for r in rows],
+            [r[5] for r in rows],
+        ],
+    )
+
+
+def _plan_retention(
+    store: ArtifactStore, live: list[tuple[Any, ...]], incoming: int
+) -> tuple[list[tuple[Any, ...]], dict[int, str]]:
+    """The retention plan of spec §4.4 over live rows oldest first; held rows are never evicted."""
+    if store.max_bytes_per_scope is not None and incoming > store.max_bytes_per_scope:
+        raise InvalidArtifact(
+            f"the payload is {incoming} bytes and this store's byte budget per scope is "
+            f"{store.max_bytes_per_scope}. Evicting everything else would not make it fit, so it is "
+            "refused instead of admitted by force. Store something smaller, or build the store with a "
+            "larger maxBytesPerScope."
+        )
+    evicted: list[tuple[Any, ...]] = []
+    reasons: dict[int, str] = {}
+    remaining = list(live)
+    evictable = [row for row in remaining if not row[7]]
+
+    def evict(reason: str) -> bool:
+        if not evictable:
+            return False
+        row = evictable.pop(0)
+        remaining.remove(row)
+        evicted.append(row)
+        reasons[row[0]] = reason
+        return True
+
+    if store.max_count_per_scope is not None:
+        while len(remaining) + 1 > store.max_count_per_scope:
+            if not evict(Tombstone.Reason.MAX_COUNT):
+                raise InvalidArtifact("this scope's count budget is taken by held artifacts, which are never evicted.")
+    if store.max_bytes_per_scope is not None:
+        while sum(row[3] for row in remaining) + incoming > store.max_bytes_per_scope:
+            if not evict(Tombstone.Reason.MAX_BYTES):
+                raise InvalidArtifact("this scope's byte budget is taken by held artifacts, which are never evicted.")
+    return evicted, reasons
+
+
+@transaction.atomic
+def artifact_put(*, store: ArtifactStore, scope: Scope, spec: PutInput) -> tuple[dict[str, Any], list[Swept]]:
+    """Mint an artifact (spec §1.2) in one transaction under the scope's advisory lock.
+
+    Refusals (InvalidArtifact, UnknownParentRef) write nothing and evict nothing. Writes the
+    metadata and payload rows, deletes what the TTL and the budgets sweep (each with a
+    tombstone), and returns the meta and the swept list in eviction order.
+    """
+    now = store_now_ms(store)
+    _check_put(spec, now)
+    shape, body = canonical_bytes(spec.payload)
+    namespace = scope.namespace
+    with connection.cursor() as cursor:
+        # Parent checks, retention and the insert are one atomic step per scope.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"{store.pk}:{namespace}"])
+        parents = spec.parent_refs or []
+        if parents:
+            unresolved = _unresolved_parents(cursor, store, scope, parents, now)
+            if unresolved:
+                raise UnknownParentRef(
+                    f"[artifacts] put refused: {len(unresolved)} parentRefs do not resolve to a live artifact "
+                    f"in this scope: {', '.join(r if is_ref(r) else '(not a ref)' for r in unresolved)}.",
+                    unresolved=unresolved,
+                )
+        expires_at = int(spec.expires_at) if "expiresAt" in spec.present else None
+        for ceiling in (store.ttl_ms, store.max_ttl_ms):
+            if ceiling is not None:
+                expires_at = min(expires_at, now + ceiling) if expires_at is not None else now + ceiling
+
+        cursor.execute(
+            f"SELECT {ROW_COLUMNS} FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "  # noqa: S608
+            "AND expires_at <= %(now)s AND NOT held ORDER BY expires_at, ref LIMIT %(limit)s",
+            {"store": store.pk, "ns": namespace, "now": now, "limit": MAX_TTL_FACTS_PER_PUT},
+        )
+        ttl_rows = cursor.fetchall()
+        reasons: dict[int, str] = {row[0]: Tombstone.Reason.TTL.value for row in ttl_rows}
+        evicted: list[tuple[Any, ...]] = []
+        if store.max_bytes_per_scope is not None or store.max_count_per_scope is not None:
+            cursor.execute(
+                f"SELECT {ROW_COLUMNS} FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "  # noqa: S608
+                f"AND {LIVE_ROWS} ORDER BY created_at, ref",
+                {"store": store.pk, "ns": namespace, "now": now},
+            )
+            evicted, eviction_reasons = _plan_retention(store, cursor.fetchall(), len(body))
+            reasons.update(eviction_reasons)
+        swept_rows = [*ttl_rows, *evicted]
+        _remove(
+            cursor,
+            store,
+            [(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in swept_rows],
+            reasons,
+            namespace,
+        )
+
+        digest = "sha-256:" + hashlib.sha256(body).hexdigest() if "digest" in spec.present else None
+        bucket = partitions.bucket_for(expires_at)
+        origin = spec.origin if isinstance(spec.origin, dict) else None
+        artifact = Artifact.objects.create(
+            store=store,
+            scope_ns=namespace,
+            ref=mint_ref(),
+            scope_tenant=scope.tenant,
+            scope_principal=scope.principal,
+            scope_conversation=scope.conversation,
+            kind=spec.kind,
+            media_type=spec.media_type,
+            bytes=len(body),
+            label=spec.label,
+            digest=digest,
+            created_at=now,
+            expires_at=expires_at,
+            expiry_bucket=bucket,
+            origin=origin,
+            origin_run_id=origin.get("runId") if origin and isinstance(origin.get("runId"), str) else None,
+            parent_refs=parents or None,
+            payload_shape=shape,
+        )
+        cursor.execute(
+            "INSERT INTO artifacts_payload (expiry_bucket, artifact_id, body) VALUES (%s, %s, %s)",
+            [bucket, artifact.pk, body],
+        )
+    swept = [Swept(r[1], reasons[r[0]], r[2], r[3]) for r in swept_rows]
+    from artifacts.selectors import meta_of
+
+    return meta_of(artifact), swept
+
+
+@transaction.atomic
+def artifact_delete(*, store: ArtifactStore, scope: Scope, ref: str) -> None:
+    """Delete a ref in this scope; absent, foreign or malformed refs are a quiet no-op.
+
+    A held artifact is hidden from agents instead (deleted_at) and kept until its hold ends.
+    """
+    if not is_ref(ref):
+        return
+    row = (
+        Artifact.objects.select_for_update()
+        .filter(store=store, scope_ns=scope.namespace, ref=ref, deleted_at__isnull=True)
+        .values_list("id", "ref", "kind", "bytes", "digest", "expires_at", "expiry_bucket", "held")
+        .first()
+    )
+    if row is None:
+        return
+    if row[7]:
+        Artifact.objects.filter(pk=row[0]).update(deleted_at=store_now_ms(store))
+        return
+    with connection.cursor() as cursor:
+        _remove(cursor, store, [row[:7]], {row[0]: Tombstone.Reason.DELETED}, scope.namespace)
+
+
+def _move_payload(artifact: Artifact, bucket: Any) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE artifacts_payload SET expiry_bucket = %s WHERE expiry_bucket = %s AND artifact_id = %s",
+            [bucket, artifact.expiry_bucket, artifact.pk],
+        )
+    Artifact.objects.filter(pk=artifact.pk).update(expiry_bucket=bucket)
+
+
+@transaction.atomic
+def artifact_hold_place(*, store: ArtifactStore, ref: str, user: User, reason: str) -> ArtifactHold:
+    """Hold every copy of `ref` in the store: never swept, evicted or deleted until released.
+
+    The payload moves to the far partition, which partition drops never touch.
+    """
+    artifacts = list(Artifact.objects.select_for_update().filter(store=store, ref=ref))
+    if not artifacts:
+        raise ArtifactNotFound(f"No artifact {ref} in this project to hold.")
+    for artifact in artifacts:
+        if artifact.expiry_bucket != partitions.FAR_BUCKET:
+            _move_payload(artifact, partitions.FAR_BUCKET)
+    Artifact.objects.filter(pk__in=[a.pk for a in artifacts]).update(held=True)
+    return ArtifactHold.objects.create(store=store, artifact_ref=ref, reason=reason, placed_by=user)
+
+
+@transaction.atomic
+def artifact_hold_release(*, hold: ArtifactHold, user: User) -> ArtifactHold:
+    """End a hold (recorded, never deleted); the artifact sweeps normally once no hold remains."""
+    claimed = ArtifactHold.objects.filter(pk=hold.pk, released_at__isnull=True).update(
+        released_at=timezone.now(), released_by=user
+    )
+    if (
+        claimed
+        and not ArtifactHold.objects.filter(
+            store=hold.store, artifact_ref=hold.artifact_ref, released_at__isnull=True
+        ).exists()
+    ):
+        Artifact.objects.filter(store=hold.store, ref=hold.artifact_ref).update(held=False)
+    hold.refresh_from_db()
+    return hold
+
+
+def artifacts_sweep(*, batch_size: int = 5000, time_budget_s: float = 50.0, grace_ms: int = 3_600_000) -> SweepRun:
+    """Remove what has expired: create partitions ahead, drop expired payload partitions whole,
+    then delete expired metadata (and far-partition payloads) in batches with tombstones.
+
+    Safe to run twice or concurrently: batches claim rows with FOR UPDATE SKIP LOCKED and the
+    partition DDL uses IF EXISTS / IF NOT EXISTS. Never blocks ingestion or reads: each batch is
+    its own short transaction and partitions are detached CONCURRENTLY.
+    """
+    started = timezone.now()
+    clock = time.monotonic()
+    real_now = int(time.time() * 1000)
+    rows = payload_bytes = dropped = 0
+    with connection.cursor() as cursor:
+        existing = partitions.existing_partitions()
+        for statement in partitions.ensure_partitions_sql(existing=existing):
+            cursor.execute(statement)
+        # One sweeper at a time drops partitions; a second one skips straight to the metadata.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [PARTITION_LOCK])
+        if cursor.fetchone()[0]:
+            try:
+                for day in sorted(existing):
+                    if _day_end_ms(day) + grace_ms > real_now:
+                        continue
+                    payload_bytes += _drop_partition(cursor, partitions.partition_name(day))
+                    dropped += 1
+            finally:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [PARTITION_LOCK])
+        while time.monotonic() - clock < time_budget_s:
+            with transaction.atomic():
+                cursor.execute(
+                    """
+                    WITH d AS (
+                        SELECT a.id FROM artifacts_artifact a JOIN artifacts_artifactstore s ON s.id = a.store_id
+                        WHERE NOT a.held AND (a.expires_at <= %(now)s + s.clock_offset_ms OR a.deleted_at IS NOT NULL)
+                        ORDER BY a.expires_at LIMIT %(batch)s FOR UPDATE OF a SKIP LOCKED
+                    ), gone AS (
+                        DELETE FROM artifacts_artifact a USING d WHERE a.id = d.id
+                        RETURNING a.id, a.store_id, a.scope_ns, a.ref, a.kind, a.bytes, a.digest, a.expires_at,
+                                  a.expiry_bucket, a.deleted_at
+                    ), far AS (
+                        DELETE FROM artifacts_payload_far p USING gone
+                        WHERE p.expiry_bucket = gone.expiry_bucket AND p.artifact_id = gone.id
+                    )
+                    INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason,
+                                                     expired_at, swept_at)
+                    SELECT store_id, scope_ns, ref, kind, bytes, digest,
+                           CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE 'ttl' END, expires_at, now()
+                    FROM gone
+                    RETURNING bytes
+                    """,
+                    {"now": real_now, "batch": batch_size},
+                )
+                batch = cursor.fetchall()
+            rows += len(batch)
+            payload_bytes += sum(b[0] for b in batch)
+            if len(batch) < batch_size:
+                break
+    finished = timezone.now()
+    return SweepRun.objects.create(
+        started_at=started,
+        finished_at=finished,
+        metadata_rows=rows,
+        payload_bytes=payload_bytes,
+        partitions_dropped=dropped,
+        duration_ms=int((time.monotonic() - clock) * 1000),
+    )
+
+
+def _day_end_ms(day: Any) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000) + 86_400_000
+
+
+def _drop_partition(cursor: Any, name: str) -> int:
+    """Detach without blocking readers (CONCURRENTLY needs autocommit), then drop; returns its size."""
+    cursor.execute("SELECT pg_total_relation_size(%s::regclass)", [name])
+    size = int(cursor.fetchone()[0])
+    cursor.execute(
+        "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relname = %s",
+        [name],
+    )
+    row = cursor.fetchone()
+    if row is not None:
+        # A detach interrupted midway (a killed worker) is finished, not restarted.
+        mode = "FINALIZE" if row[0] else "CONCURRENTLY"
+        cursor.execute(f"ALTER TABLE artifacts_payload DETACH PARTITION {name} {mode}")
+    cursor.execute(f"DROP TABLE IF EXISTS {name}")
+    return size
+
+
+# --- test hooks (mounted only when FOOTPRINT_TEST_HOOKS=1) ---------------------------------
+
+
+@transaction.atomic
+def store_advance_clock(*, store: ArtifactStore, advance_ms: int) -> int:
+    ArtifactStore.objects.filter(pk=store.pk).update(clock_offset_ms=store.clock_offset_ms + advance_ms)
+    store.refresh_from_db()
+    return store_now_ms(store)
+
+
+@transaction.atomic
+def artifact_corrupt(*, store: ArtifactStore, scope: Scope, ref: str) -> bool:
+    artifact = Artifact.objects.filter(store=store, scope_ns=scope.namespace, ref=ref).first()
+    if artifact is None:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE artifacts_payload SET body = %s WHERE expiry_bucket = %s AND artifact_id = %s",
+            [b"tampered bytes", artifact.expiry_bucket, artifact.pk],
+        )
+    return True
