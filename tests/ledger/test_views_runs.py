@@ -67,7 +67,8 @@ def run_id(agent_client: Any) -> str:
 @pytest.fixture
 def big_run(agent_client: Any) -> str:
     events = fixture_events("d-artifacts/events.json")
-    assert {e["meta"]["runId"] for e in events} == {BIG_RUN} and len(events) == 451
+    assert {e["meta"]["runId"] for e in events} == {BIG_RUN}
+    assert len(events) == 451
     _ingest(agent_client, events)
     return BIG_RUN
 
@@ -120,7 +121,8 @@ def test_run_list_auditor_shows_run(
     assert "<html" in html
     assert _run_ids(html) == [f"run-extra-{n}" for n in reversed(range(5))] + [run_id]
     assert f'href="{_run_url(run_id)}"' in html
-    assert "completed" in html and "s-1" in html
+    assert "completed" in html
+    assert "s-1" in html
 
 
 def test_run_list_auditor_empty(auditor_client: Client) -> None:
@@ -142,10 +144,15 @@ def test_run_detail_auditor_shows_events_in_seq_order(
 
 
 def test_run_detail_shows_tool_call_id(auditor_client: Client, agent_client: Any) -> None:
-    _ingest(agent_client, [
-        _event("run-tool", 0, "agent.turn_start"),
-        _event("run-tool", 1, "stream.tool_start", {"toolCallId": "call-7", "toolName": "search", "args": {}}),
-    ])
+    _ingest(
+        agent_client,
+        [
+            _event("run-tool", 0, "agent.turn_start"),
+            _event(
+                "run-tool", 1, "stream.tool_start", {"toolCallId": "call-7", "toolName": "search", "args": {}}
+            ),
+        ],
+    )
     html = _html(auditor_client.get(_run_url("run-tool")))
     assert _event_seqs(html) == [0, 1]
     assert "<td>call-7</td>" in html
@@ -167,7 +174,9 @@ def test_run_events_query_count_does_not_grow_with_events(
     auditor_client: Client, big_run: str, django_assert_max_num_queries: Any
 ) -> None:
     with django_assert_max_num_queries(MAX_QUERIES):
-        html = _html(auditor_client.get(_run_url(big_run) + "events/?after_seq=99", headers={"HX-Request": "true"}))
+        html = _html(
+            auditor_client.get(_run_url(big_run) + "events/?after_seq=99", headers={"HX-Request": "true"})
+        )
     assert len(_event_seqs(html)) == 100
 
 
@@ -178,7 +187,8 @@ def test_run_list_htmx_renders_only_rows(auditor_client: Client, run_id: str) ->
     response = auditor_client.get("/", headers={"HX-Request": "true"})
     html = _html(response)
     assert "<html" not in html
-    assert "<table" not in html and "<form" not in html
+    assert "<table" not in html
+    assert "<form" not in html
     assert TR_TAG.findall(html) == ['<tr class="run-row">']
     assert _run_ids(html) == [run_id]
     assert "HX-Request" in response["Vary"]
@@ -201,7 +211,9 @@ def test_run_events_without_htmx_renders_full_page(auditor_client: Client, run_i
 
 
 def test_run_events_bad_after_seq_starts_at_first_event(auditor_client: Client, run_id: str) -> None:
-    html = _html(auditor_client.get(_run_url(run_id) + "events/?after_seq=abc", headers={"HX-Request": "true"}))
+    html = _html(
+        auditor_client.get(_run_url(run_id) + "events/?after_seq=abc", headers={"HX-Request": "true"})
+    )
     assert _event_seqs(html) == [0, 1, 2, 3]
 
 
@@ -213,6 +225,7 @@ def test_run_detail_pages_events(auditor_client: Client, big_run: str) -> None:
     assert _event_seqs(html) == list(range(100))
     assert "Later events" in html
     ((href, after_seq),) = LATER_LINK.findall(html)
+    assert after_seq == "99"
     assert href == _run_url(big_run) + "events/?after_seq=99"
     assert f'hx-get="{href}"' in html
 
@@ -244,9 +257,14 @@ def test_run_events_page_follows_links_to_the_end(auditor_client: Client, big_ru
 
 
 def test_run_detail_escapes_event_payload(auditor_client: Client, agent_client: Any) -> None:
-    _ingest(agent_client, [
-        _event("run-xss", 0, "agent.turn_start", {"userMessage": SCRIPT, SCRIPT: "key"}, sessionId=SCRIPT),
-    ])
+    _ingest(
+        agent_client,
+        [
+            _event(
+                "run-xss", 0, "agent.turn_start", {"userMessage": SCRIPT, SCRIPT: "key"}, sessionId=SCRIPT
+            ),
+        ],
+    )
     for response in (
         auditor_client.get(_run_url("run-xss")),
         auditor_client.get(_run_url("run-xss") + "events/?after_seq=-1", headers={"HX-Request": "true"}),
@@ -270,12 +288,15 @@ def test_run_list_escapes_session(auditor_client: Client, agent_client: Any) -> 
 @pytest.fixture
 def mixed_runs(agent_client: Any) -> None:
     """run-done (completed, s-1), run-busy (running, s-1), run-other (running, s-2)."""
-    _ingest(agent_client, [
-        _event("run-done", 0, "agent.turn_start", sessionId="s-1"),
-        _event("run-done", 1, "agent.turn_end", sessionId="s-1"),
-        _event("run-busy", 0, "agent.turn_start", sessionId="s-1"),
-        _event("run-other", 0, "agent.turn_start", sessionId="s-2"),
-    ])
+    _ingest(
+        agent_client,
+        [
+            _event("run-done", 0, "agent.turn_start", sessionId="s-1"),
+            _event("run-done", 1, "agent.turn_end", sessionId="s-1"),
+            _event("run-busy", 0, "agent.turn_start", sessionId="s-1"),
+            _event("run-other", 0, "agent.turn_start", sessionId="s-2"),
+        ],
+    )
 
 
 def test_run_list_filters_by_status(auditor_client: Client, mixed_runs: None) -> None:
@@ -321,7 +342,8 @@ def test_run_list_pages_runs(auditor_client: Client, agent_client: Any) -> None:
 def test_login_page_renders(client: Client) -> None:
     html = _html(client.get("/accounts/login/"))
     assert "<h1>Sign in</h1>" in html
-    assert 'name="username"' in html and 'name="password"' in html
+    assert 'name="username"' in html
+    assert 'name="password"' in html
     assert 'name="csrfmiddlewaretoken"' in html
 
 
@@ -330,9 +352,15 @@ def test_login_with_password_signs_in(auditor: Any, run_id: str) -> None:
     login_page = client.get("/accounts/login/?next=/")
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.content.decode())
     assert token is not None
-    response = client.post("/accounts/login/", {
-        "username": "alice", "password": "pw-alice", "next": "/", "csrfmiddlewaretoken": token.group(1),
-    })
+    response = client.post(
+        "/accounts/login/",
+        {
+            "username": "alice",
+            "password": "pw-alice",
+            "next": "/",
+            "csrfmiddlewaretoken": token.group(1),
+        },
+    )
     assert response.status_code == 302
     assert response["Location"] == "/"
     html = _html(client.get("/"))
