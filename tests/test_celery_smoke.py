@@ -53,7 +53,8 @@ def _test_database_url() -> str:
 def test_celery_worker_sweeps_an_expired_artifact(tmp_path: Path, project) -> None:
     store = store_for_project(project=project)
     meta, _ = artifact_put(
-        store=store, scope=Scope(None, None, "smoke"),
+        store=store,
+        scope=Scope(None, None, "smoke"),
         spec=PutInput(kind="note", media_type="text/plain", payload={"shape": "text", "value": "bye"}),
     )
     store.clock_offset_ms = 0

@@ -99,9 +99,7 @@ def test_run_detail_outsider_gets_404_under_own_project_slug(outsider_client: Cl
     assert outsider_client.get(_run_url(run_id, slug="globex")).status_code == 404
 
 
-def test_run_list_outsider_does_not_show_run(
-    outsider_client: Client, run_id: str, other_agent_client: Any
-) -> None:
+def test_run_list_outsider_does_not_show_run(outsider_client: Client, run_id: str, other_agent_client: Any) -> None:
     _ingest(other_agent_client, [_event("run-globex", 0, "agent.turn_start")])
     html = _html(outsider_client.get("/"))
     assert _run_ids(html) == ["run-globex"]
@@ -148,9 +146,7 @@ def test_run_detail_shows_tool_call_id(auditor_client: Client, agent_client: Any
         agent_client,
         [
             _event("run-tool", 0, "agent.turn_start"),
-            _event(
-                "run-tool", 1, "stream.tool_start", {"toolCallId": "call-7", "toolName": "search", "args": {}}
-            ),
+            _event("run-tool", 1, "stream.tool_start", {"toolCallId": "call-7", "toolName": "search", "args": {}}),
         ],
     )
     html = _html(auditor_client.get(_run_url("run-tool")))
@@ -174,9 +170,7 @@ def test_run_events_query_count_does_not_grow_with_events(
     auditor_client: Client, big_run: str, django_assert_max_num_queries: Any
 ) -> None:
     with django_assert_max_num_queries(MAX_QUERIES):
-        html = _html(
-            auditor_client.get(_run_url(big_run) + "events/?after_seq=99", headers={"HX-Request": "true"})
-        )
+        html = _html(auditor_client.get(_run_url(big_run) + "events/?after_seq=99", headers={"HX-Request": "true"}))
     assert len(_event_seqs(html)) == 100
 
 
@@ -211,9 +205,7 @@ def test_run_events_without_htmx_renders_full_page(auditor_client: Client, run_i
 
 
 def test_run_events_bad_after_seq_starts_at_first_event(auditor_client: Client, run_id: str) -> None:
-    html = _html(
-        auditor_client.get(_run_url(run_id) + "events/?after_seq=abc", headers={"HX-Request": "true"})
-    )
+    html = _html(auditor_client.get(_run_url(run_id) + "events/?after_seq=abc", headers={"HX-Request": "true"}))
     assert _event_seqs(html) == [0, 1, 2, 3]
 
 
@@ -260,9 +252,7 @@ def test_run_detail_escapes_event_payload(auditor_client: Client, agent_client: 
     _ingest(
         agent_client,
         [
-            _event(
-                "run-xss", 0, "agent.turn_start", {"userMessage": SCRIPT, SCRIPT: "key"}, sessionId=SCRIPT
-            ),
+            _event("run-xss", 0, "agent.turn_start", {"userMessage": SCRIPT, SCRIPT: "key"}, sessionId=SCRIPT),
         ],
     )
     for response in (
