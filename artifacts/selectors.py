@@ -4,6 +4,7 @@ sweeper runs."""
 
 import base64
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -138,3 +139,81 @@ def artifact_list(
     page = list(rows[: limit + 1])
     next_cursor = _encode_list_cursor(page[limit - 1]) if len(page) > limit else None
     return page[:limit], next_cursor
+
+
+# --- pages (project-wide: auditors see every scope of their project) ---------------------------
+
+PAGE_STATES = ("live", "expired", "held", "all")
+
+
+def artifact_list_for_project(
+    *,
+    store: ArtifactStore,
+    kind: str | None = None,
+    conversation: str | None = None,
+    run_id: str | None = None,
+    state: str = "live",
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[Artifact]:
+    """Artifacts of one project's store, newest first by id; up to limit + 1 rows (the +1 tells of a next page)."""
+    now = store_now_ms(store)
+    rows = Artifact.objects.filter(store=store).only(*META_FIELDS, "scope_conversation", "held", "origin_run_id")
+    if kind:
+        rows = rows.filter(kind=kind)
+    if conversation:
+        rows = rows.filter(scope_conversation=conversation)
+    if run_id:
+        rows = rows.filter(origin_run_id=run_id)
+    live = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    if state == "live":
+        rows = rows.filter(live, deleted_at__isnull=True)
+    elif state == "expired":
+        rows = rows.exclude(live)
+    elif state == "held":
+        rows = rows.filter(held=True)
+    if before_id is not None:
+        rows = rows.filter(id__lt=before_id)
+    return list(rows.order_by("-id")[: limit + 1])
+
+
+@dataclass
+class ArtifactView:
+    """What the detail page shows of one ref, whatever became of it."""
+
+    artifact: Artifact | None
+    tombstone: Any
+    is_live: bool
+    body: bytes | None
+    digest_status: str  # "verified", "mismatch", "not-minted", "not-read"
+    children: list[Artifact]
+
+
+def artifact_view_for_project(*, store: ArtifactStore, ref: str) -> ArtifactView | None:
+    """The artifact (any state) with its payload when it may be shown: live, or held as evidence."""
+    from artifacts.models import Tombstone
+
+    artifact = Artifact.objects.filter(store=store, ref=ref).first() if is_ref(ref) else None
+    tombstone = Tombstone.objects.filter(store=store, ref=ref).order_by("-swept_at").first() if is_ref(ref) else None
+    if artifact is None and tombstone is None:
+        return None
+    if artifact is None:
+        return ArtifactView(None, tombstone, False, None, "not-read", [])
+    now = store_now_ms(store)
+    is_live = artifact.deleted_at is None and (artifact.expires_at is None or artifact.expires_at > now)
+    body = None
+    status = "not-read"
+    if is_live or artifact.held:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT body FROM artifacts_payload WHERE expiry_bucket = %s AND artifact_id = %s",
+                [artifact.expiry_bucket, artifact.pk],
+            )
+            row = cursor.fetchone()
+        body = bytes(row[0]) if row else None
+        if body is not None and artifact.digest:
+            status = "verified" if "sha-256:" + hashlib.sha256(body).hexdigest() == artifact.digest else "mismatch"
+        elif body is not None:
+            status = "not-minted"
+    children = list(Artifact.objects.filter(store=store, parent_refs__contains=[ref]).order_by("-id")[:50])
+    return ArtifactView(artifact, tombstone, is_live, body, status, children)

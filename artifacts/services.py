@@ -433,3 +433,20 @@ def artifact_corrupt(*, store: ArtifactStore, scope: Scope, ref: str) -> bool:
             [b"tampered bytes", artifact.expiry_bucket, artifact.pk],
         )
     return True
+
+
+@transaction.atomic
+def store_update_retention(
+    *,
+    store: ArtifactStore,
+    ttl_ms: int | None,
+    max_ttl_ms: int | None,
+    max_bytes_per_scope: int | None,
+    max_count_per_scope: int | None,
+) -> ArtifactStore:
+    """Change a store's dials. New values apply to puts from now on; stated expiries never change."""
+    store.ttl_ms, store.max_ttl_ms = ttl_ms, max_ttl_ms
+    store.max_bytes_per_scope, store.max_count_per_scope = max_bytes_per_scope, max_count_per_scope
+    store.full_clean(exclude=["project"])
+    store.save(update_fields=["ttl_ms", "max_ttl_ms", "max_bytes_per_scope", "max_count_per_scope"])
+    return store

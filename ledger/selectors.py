@@ -92,6 +92,15 @@ def projects_for_user(user: User | AnonymousUser) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user).distinct()
 
 
+def project_get_for_user(*, user: User | AnonymousUser, slug: str) -> tuple[Project, str] | None:
+    """The project and the user's role in it, or None when the user may not see it (a 404)."""
+    project = projects_for_user(user).filter(slug=slug).first()
+    if project is None:
+        return None
+    role = role_of(user=user, project=project)
+    return (project, role) if role else None
+
+
 def run_get_for_user(*, user: User | AnonymousUser, project_slug: str, run_id: str) -> Run:
     run = (
         Run.objects.select_related("project")

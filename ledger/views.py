@@ -5,29 +5,14 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.middleware import HtmxDetails
 
+from footprint_site.pages import HtmxHttpRequest, int_param, wants_partial
 from ledger import selectors
 from ledger.exceptions import RunNotFound
 from ledger.models import Run
 
 RUNS_PER_PAGE = 50
 EVENTS_PER_PAGE = 100
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails  # set by django-htmx's middleware on every request
-
-
-def _int_param(request: HttpRequest, name: str, default: int) -> int:
-    try:
-        return int(request.GET.get(name, default))
-    except ValueError:
-        return default
-
-
-def _wants_partial(request: HtmxHttpRequest) -> bool:
-    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
 @require_GET
@@ -45,7 +30,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         limit=RUNS_PER_PAGE,
     )
     next_cursor = selectors.encode_cursor(runs[RUNS_PER_PAGE - 1].pk) if len(runs) > RUNS_PER_PAGE else None
-    template = "ledger/run_list.html" + ("#run-page" if _wants_partial(request) else "")
+    template = "ledger/run_list.html" + ("#run-page" if wants_partial(request) else "")
     return render(
         request,
         template,
@@ -87,5 +72,5 @@ def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str) -> Http
 def run_events(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """The next page of a run's events: rows for htmx, the whole page otherwise."""
     run = _run_or_404(request, project_slug, run_id)
-    template = "ledger/run_detail.html" + ("#event-page" if _wants_partial(request) else "")
-    return render(request, template, _events_context(run, after_seq=_int_param(request, "after_seq", -1)))
+    template = "ledger/run_detail.html" + ("#event-page" if wants_partial(request) else "")
+    return render(request, template, _events_context(run, after_seq=int_param(request, "after_seq", -1)))

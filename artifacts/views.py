@@ -1,0 +1,158 @@
+"""Auditor pages for a project's artifacts: list, detail with a safe preview, holds, retention."""
+
+from typing import Any
+
+import orjson
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from artifacts import selectors, services
+from artifacts.forms import HoldForm, RetentionForm
+from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
+from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
+from ledger.models import Membership, Project
+from ledger.selectors import decode_cursor, encode_cursor, project_get_for_user
+
+PER_PAGE = 50
+PREVIEW_BYTES = 64 * 1024
+HOLDERS = (Membership.Role.AUDITOR, Membership.Role.ADMIN)
+
+
+def _project(request: HtmxHttpRequest, slug: str) -> tuple[Project, str, ArtifactStore]:
+    found = project_get_for_user(user=signed_in_user(request), slug=slug)
+    if found is None:
+        raise Http404("No such project.")
+    project, role = found
+    return project, role, services.store_for_project(project=project)
+
+
+def _preview(shape: str, body: bytes | None) -> dict[str, Any] | None:
+    """Text to show, always rendered escaped by the template; binary is never decoded."""
+    if body is None or shape == "binary":
+        return None
+    text = body[:PREVIEW_BYTES].decode("utf-8", errors="replace")
+    if shape == "json" and len(body) <= PREVIEW_BYTES:
+        text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
+    return {"text": text, "truncated": len(body) > PREVIEW_BYTES}
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def artifact_list(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
+    project, role, store = _project(request, project_slug)
+    state = request.GET.get("state", "live")
+    if state not in selectors.PAGE_STATES:
+        state = "live"
+    filters = {key: request.GET.get(key, "") for key in ("kind", "conversation", "run")}
+    rows = selectors.artifact_list_for_project(
+        store=store,
+        kind=filters["kind"] or None,
+        conversation=filters["conversation"] or None,
+        run_id=filters["run"] or None,
+        state=state,
+        before_id=decode_cursor(request.GET.get("cursor")),
+        limit=PER_PAGE,
+    )
+    context = {
+        "project": project,
+        "store": store,
+        "artifacts": rows[:PER_PAGE],
+        "filters": filters,
+        "state": state,
+        "states": selectors.PAGE_STATES,
+        "is_admin": role == Membership.Role.ADMIN,
+        "next_cursor": encode_cursor(rows[PER_PAGE - 1].pk) if len(rows) > PER_PAGE else None,
+        "sweeps": SweepRun.objects.order_by("-started_at")[:5],
+    }
+    template = "artifacts/artifact_list.html" + ("#artifact-page" if wants_partial(request) else "")
+    return render(request, template, context)
+
+
+def _detail_context(request: HtmxHttpRequest, project_slug: str, ref: str) -> dict[str, Any]:
+    project, role, store = _project(request, project_slug)
+    view = selectors.artifact_view_for_project(store=store, ref=ref)
+    if view is None:
+        raise Http404("No such artifact in this project.")
+    artifact = view.artifact
+    return {
+        "project": project,
+        "ref": ref,
+        "view": view,
+        "artifact": artifact,
+        "meta_json": orjson.dumps(selectors.meta_of(artifact), option=orjson.OPT_INDENT_2).decode()
+        if artifact
+        else None,
+        "preview": _preview(artifact.payload_shape, view.body) if artifact else None,
+        "holds": ArtifactHold.objects.filter(store=store, artifact_ref=ref).select_related("placed_by", "released_by"),
+        "can_hold": role in HOLDERS and artifact is not None,
+        "hold_form": HoldForm(),
+    }
+
+
+@require_GET
+@login_required
+def artifact_detail(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
+    return render(request, "artifacts/artifact_detail.html", _detail_context(request, project_slug, ref))
+
+
+@require_GET
+@login_required
+def artifact_download(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
+    """The raw bytes as an attachment of a neutral type: stored content never renders in the site."""
+    context = _detail_context(request, project_slug, ref)
+    body = context["view"].body
+    if body is None or context["view"].digest_status == "mismatch":
+        raise Http404("This artifact's bytes are not available.")
+    response = HttpResponse(body, content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="{ref}.bin"'
+    return response
+
+
+def _hold_panel(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
+    if wants_partial(request):
+        return render(request, "artifacts/artifact_detail.html#hold-panel", _detail_context(request, project_slug, ref))
+    return redirect("artifacts:artifact-detail", project_slug=project_slug, ref=ref)
+
+
+@require_POST
+@login_required
+def artifact_hold(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
+    _, role, store = _project(request, project_slug)
+    if role not in HOLDERS:
+        return HttpResponse("Only auditors and admins of this project may hold artifacts.", status=403)
+    form = HoldForm(request.POST)
+    if form.is_valid():
+        services.artifact_hold_place(
+            store=store, ref=ref, user=signed_in_user(request), reason=form.cleaned_data["reason"]
+        )
+    return _hold_panel(request, project_slug, ref)
+
+
+@require_POST
+@login_required
+def artifact_hold_release(request: HtmxHttpRequest, project_slug: str, ref: str, hold_id: int) -> HttpResponse:
+    _, role, store = _project(request, project_slug)
+    if role not in HOLDERS:
+        return HttpResponse("Only auditors and admins of this project may release holds.", status=403)
+    hold = ArtifactHold.objects.filter(pk=hold_id, store=store, artifact_ref=ref).first()
+    if hold is None:
+        raise Http404("No such hold.")
+    services.artifact_hold_release(hold=hold, user=signed_in_user(request))
+    return _hold_panel(request, project_slug, ref)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def retention_edit(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
+    project, role, store = _project(request, project_slug)
+    if role != Membership.Role.ADMIN:
+        return HttpResponse("Only admins of this project may change its retention.", status=403)
+    form = RetentionForm(request.POST or None, instance=store)
+    if request.method == "POST" and form.is_valid():
+        services.store_update_retention(store=store, **form.cleaned_data)
+        return redirect("artifacts:artifact-list", project_slug=project.slug)
+    return render(request, "artifacts/retention.html", {"project": project, "form": form})

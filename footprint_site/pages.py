@@ -1,0 +1,27 @@
+"""Helpers shared by the human pages of every app."""
+
+from django.contrib.auth.models import User
+from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails  # set by django-htmx's middleware on every request
+
+
+def int_param(request: HttpRequest, name: str, default: int) -> int:
+    try:
+        return int(request.GET.get(name, default))
+    except ValueError:
+        return default
+
+
+def wants_partial(request: HtmxHttpRequest) -> bool:
+    """An htmx request gets the partial; a history restore always gets the whole page."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def signed_in_user(request: HttpRequest) -> User:
+    """The user of a `login_required` view (never anonymous there)."""
+    assert isinstance(request.user, User)
+    return request.user
