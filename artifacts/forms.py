@@ -17,7 +17,7 @@ class RetentionForm(forms.ModelForm[ArtifactStore]):
 
     def clean(self) -> dict[str, object]:
         cleaned = super().clean() or {}
-        for name, value in cleaned.items():
+        for name, value in list(cleaned.items()):
             if value is not None and value <= 0:
                 self.add_error(name, "Must be greater than 0, or empty for no limit.")
         return cleaned
