@@ -1,11 +1,9 @@
 """Agent keys on the API: `Authorization: Bearer <key>`, never a session cookie (so no CSRF)."""
 
-from typing import Any
-
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from ledger.models import AgentKey
+from ledger.models import AgentKey, Project
 from ledger.selectors import agent_key_get_by_secret
 
 
@@ -31,5 +29,12 @@ class AgentKeyAuth(HttpBearer):
         return key
 
 
-def project_of(request: Any) -> Any:
-    return request.auth.project
+def agent_key_of(request: HttpRequest) -> AgentKey:
+    """The key an AgentKeyAuth operation authenticated (ninja sets `request.auth`)."""
+    key = getattr(request, "auth", None)
+    assert isinstance(key, AgentKey)
+    return key
+
+
+def project_of(request: HttpRequest) -> Project:
+    return agent_key_of(request).project

@@ -143,6 +143,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = 14 * 60
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "asks-deadlines": {"task": "ledger.tasks.asks_apply_deadlines", "schedule": 5.0},
     "artifacts-sweep": {
         "task": "artifacts.tasks.artifacts_sweep",
         "schedule": env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0),

@@ -6,14 +6,15 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Schema
 
-from footprint_site.auth import AgentKeyAuth, project_of
+from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.responses import json_response
 from ledger import selectors, services
-from ledger.envelopes import parse_event_batch
-from ledger.exceptions import BodyTooLarge
-from ledger.models import Run
+from ledger.envelopes import parse_event_batch, parse_json
+from ledger.exceptions import AskInvalid, BodyTooLarge
+from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,
     RECORDING_SCHEMA,
@@ -164,3 +165,129 @@ def verify_run(request: HttpRequest, run_id: str) -> HttpResponse:
     """Re-check the run's hash chain; names the first record whose stored content no longer matches."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
     return json_response(selectors.run_chain_verify(run=run).as_json())
+
+
+# --- asks ----------------------------------------------------------------------------------------
+
+ASK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["runId", "pauseData"],
+    "properties": {
+        "runId": {"type": "string", "minLength": 1},
+        "sessionId": {"type": "string"},
+        "pauseData": {"type": "object", "required": ["toolCallId"]},
+        "ask": {"type": "object"},
+        "checkIn": {"type": "object"},
+        "checkpoint": {"description": "the paused outcome's checkpoint, stored verbatim, returned only to this key"},
+        "deadline": {"type": "string", "format": "date-time"},
+        "onTimeout": {"enum": ["decline", "approve"]},
+    },
+}
+ASK_KEYS = frozenset(ASK_SCHEMA["properties"]) | {"paused"}
+
+
+def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": ask.pk,
+        "runId": ask.run_id,
+        "toolCallId": ask.tool_call_id,
+        "kind": ask.kind,
+        "status": ask.status,
+        "createdAt": _iso(ask.created_at),
+        "onTimeout": ask.on_timeout,
+    }
+    for key, value in (
+        ("toolName", ask.tool_name),
+        ("sessionId", ask.session_id),
+        ("question", ask.question),
+        ("middleware", ask.middleware),
+        ("deadline", _iso(ask.deadline)),
+    ):
+        if value is not None:
+            out[key] = value
+    decision = ask.decision()
+    if decision is not None:
+        out["decision"] = decision
+    if with_checkpoint and ask.checkpoint is not None:
+        out["checkpoint"] = orjson.loads(bytes(ask.checkpoint))
+    return out
+
+
+def _parse_deadline(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None or parsed.tzinfo is None:
+        raise AskInvalid("deadline must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z.")
+    return parsed
+
+
+@router.post(
+    "/asks",
+    response={200: dict[str, Any], 201: dict[str, Any], **ERRORS},
+    auth=AgentKeyAuth("asks"),
+    openapi_extra=_body_schema(ASK_SCHEMA),
+)
+def open_ask(request: HttpRequest) -> HttpResponse:
+    """Open the ask of a paused run (idempotent per run and tool call: a re-post answers with the same ask)."""
+    document = parse_json(_body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES))
+    if not isinstance(document, dict) or not isinstance(document.get("runId"), str) or not document["runId"]:
+        raise AskInvalid("The body is the paused outcome plus runId: {runId, pauseData, checkpoint?, deadline?, …}.")
+    unknown = document.keys() - ASK_KEYS
+    if unknown:
+        raise AskInvalid(f"Unknown fields: {', '.join(sorted(unknown))}.")
+    checkpoint = document.get("checkpoint")
+    ask, created = services.ask_open(
+        project=project_of(request),
+        key=agent_key_of(request),
+        run_id=document["runId"],
+        session_id=document.get("sessionId") if isinstance(document.get("sessionId"), str) else None,
+        pause_data=document.get("pauseData"),
+        checkpoint=orjson.dumps(checkpoint) if checkpoint is not None else None,
+        deadline=_parse_deadline(document.get("deadline")),
+        on_timeout=document.get("onTimeout", "decline"),
+    )
+    return json_response({"ask": ask_as_json(ask)}, status=201 if created else 200)
+
+
+@router.get("/asks/{ask_id}", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
+def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
+    """The ask; its checkpoint is included only for the key that posted it."""
+    ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
+    mine = ask.posted_by_key_id is not None and ask.posted_by_key_id == agent_key_of(request).pk
+    return json_response({"ask": ask_as_json(ask, with_checkpoint=mine)})
+
+
+@router.get("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
+def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> HttpResponse:
+    """The decision, at once when made; with `wait` (≤ 55 s) the request is held open until it is."""
+    ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
+    ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
+    decision = ask.decision()
+    if decision is None:
+        return json_response({"status": "open"})
+    return json_response({"status": "decided", "decision": decision})
+
+
+@router.post("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
+def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
+    """Decide from an integration (a chat bot, a ticket system): `by` names it. 409 once decided."""
+    document = parse_json(_body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES))
+    ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
+    if not isinstance(document, dict) or not isinstance(document.get("by"), str) or not document["by"].strip():
+        raise AskInvalid("The body is {approved, by, note?, value?}; `by` names who decided.")
+    approved = document.get("approved", True if ask.kind == Ask.Kind.PLAIN else None)
+    if not isinstance(approved, bool):
+        raise AskInvalid("approved must be true or false.")
+    note = document.get("note")
+    if note is not None and not isinstance(note, str):
+        raise AskInvalid("note must be a string.")
+    ask = services.ask_decide(
+        ask_id=ask.pk,
+        approved=approved,
+        via=Ask.Via.API,
+        by_label=document["by"].strip(),
+        note=note,
+        value=document.get("value"),
+    )
+    return json_response({"status": "decided", "decision": ask.decision()})

@@ -45,3 +45,20 @@ class RecordingInvalid(LedgerError):
 class RunNotFound(LedgerError):
     status = 404
     code = "ERR_RUN_NOT_FOUND"
+
+
+class AskInvalid(LedgerError):
+    status = 422
+    code = "ERR_INVALID_ASK"
+
+
+class AskNotFound(LedgerError):
+    status = 404
+    code = "ERR_ASK_NOT_FOUND"
+
+
+class AskAlreadyDecided(LedgerError):
+    """A second decision: the answer names who decided first, and when."""
+
+    status = 409
+    code = "ERR_ALREADY_DECIDED"

@@ -126,7 +126,9 @@ class RunEvent(models.Model):
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
-    seq = models.IntegerField()
+    # The sender's number; NULL for events the server itself appends (a person's decision), so
+    # they can never collide with a number the agent will use later.
+    seq = models.IntegerField(null=True, blank=True)
     position = models.IntegerField()
     type = models.TextField()
     tool_call_id = models.TextField(null=True, blank=True)
@@ -296,3 +298,143 @@ class Recording(models.Model):
 
     def __str__(self) -> str:
         return f"recording of {self.run_id}"
+
+
+class Ask(models.Model):
+    """A paused run waiting for a person: a middleware `ask`, a tool's check-in, or `askHuman`.
+
+    The checkpoint is the run's whole state at the pause: it is stored verbatim and returned only
+    to the agent key that posted it, never shown on a page.
+    """
+
+    class Kind(models.TextChoices):
+        ASK = "ask", "middleware ask"
+        CHECK_IN = "checkIn", "check-in"
+        PLAIN = "plain", "question (askHuman)"
+        CREDENTIAL = "credential", "credential consent"
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        DECIDED = "decided"
+
+    class Via(models.TextChoices):
+        PAGE = "page"
+        API = "api"
+        DEADLINE = "deadline"
+        RUN = "run", "reported by the run (decided elsewhere)"
+
+    class OnTimeout(models.TextChoices):
+        DECLINE = "decline"
+        APPROVE = "approve"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="asks")
+    run_id = models.TextField()
+    session_id = models.TextField(null=True, blank=True)
+    tool_call_id = models.TextField()
+    tool_name = models.TextField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    question = models.TextField(null=True, blank=True)
+    middleware = models.TextField(null=True, blank=True)
+    detail = models.JSONField(null=True, blank=True)
+    component = models.JSONField(null=True, blank=True)
+    check_in = models.JSONField(null=True, blank=True)
+    pause_data = models.JSONField()
+    checkpoint = models.BinaryField(null=True, blank=True)
+    posted_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    deadline = models.DateTimeField(null=True, blank=True)
+    on_timeout = models.CharField(max_length=8, choices=OnTimeout.choices, default=OnTimeout.DECLINE)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    created_at = models.DateTimeField(db_default=Now())
+    # The decision, written once by a conditional UPDATE … WHERE status = 'open'.
+    approved = models.BooleanField(null=True, blank=True)
+    decided_by_label = models.TextField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_via = models.CharField(max_length=8, choices=Via.choices, null=True, blank=True)
+    note = models.TextField(null=True, blank=True)
+    value = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "run_id", "tool_call_id"], name="ask_one_per_tool_call"),
+            models.CheckConstraint(
+                condition=models.Q(status="open", decided_at__isnull=True)
+                | models.Q(status="decided", decided_at__isnull=False),
+                name="ask_decided_has_time",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="ask_open_newest"),
+            models.Index(fields=["project", "status", "-id"], name="ask_inbox"),
+            models.Index(fields=["deadline"], name="ask_deadline", condition=models.Q(status="open")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on {self.tool_name}({self.tool_call_id})"
+
+    @property
+    def at_ms(self) -> int | None:
+        return int(self.decided_at.timestamp() * 1000) if self.decided_at else None
+
+    def decision(self) -> dict[str, object] | None:
+        """The framework's decision shape, ready for `agent.resume(checkpoint, decision)`."""
+        if self.status != self.Status.DECIDED:
+            return None
+        decision: dict[str, object] = {
+            "approved": bool(self.approved),
+            "by": self.decided_by_label or "",
+            "at": self.at_ms,
+        }
+        if self.note:
+            decision["note"] = self.note
+        if self.kind == self.Kind.PLAIN:
+            # askHuman takes any value as the tool's result: resume with `decision.answer`.
+            decision["answer"] = self.value
+        elif self.value is not None:
+            decision["value"] = self.value
+        return decision
+
+
+class WebhookEndpoint(models.Model):
+    """Where a project's decisions are POSTed (HMAC-SHA256 signed with `secret`)."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="webhook")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=128)
+    active = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class WebhookDelivery(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="deliveries")
+    url = models.URLField(max_length=500)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.IntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["ask"], name="one_delivery_per_ask")]
+
+    def __str__(self) -> str:
+        return f"delivery of ask {self.ask_id}: {self.status}"
+
+
+class WebhookAttempt(models.Model):
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    at = models.DateTimeField(db_default=Now())
+    status_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"attempt at {self.at}: {self.status_code or self.error}"

@@ -85,6 +85,8 @@ class Projection:
     verdicts: list[tuple[Any, ...]] = field(default_factory=list)
     effects: list[tuple[Any, ...]] = field(default_factory=list)
     refusals: list[tuple[Any, ...]] = field(default_factory=list)
+    # Pauses and check-in outcomes that open or close asks (rare: handled by ledger.services.asks).
+    pauses: list[Event] = field(default_factory=list)
 
     def refusal(
         self,
@@ -281,7 +283,12 @@ def _issues_text(payload: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _pause(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    p.pauses.append(e)
+
+
 def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    p.pauses.append(e)
     if payload.get("approved") is False:
         by = _str(payload, "by")
         note = _str(payload, "note")
@@ -308,6 +315,8 @@ PROJECTORS: dict[str, Projector] = {
     "permission.halt": _permission,
     "tools.effect": _effect,
     "checkin.decision": _checkin_decision,
+    "checkin.request": _pause,
+    "pause.request": _pause,
     "validation.args_invalid": _refusal_of(
         "validation", "toolName", _issues_text, when=lambda pl: pl.get("enforced") is True
     ),

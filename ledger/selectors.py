@@ -1,6 +1,7 @@
 """Reads. Every selector takes the project (or the user) it answers for and never leaks past it."""
 
 import base64
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,9 +12,10 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from footprint_site.lib.chain import GENESIS, link_hash
+from footprint_site.notify import ask_decisions
 from ledger.envelopes import replace_nul
-from ledger.exceptions import RunNotFound
-from ledger.models import AgentKey, Membership, Project, Run, RunEvent
+from ledger.exceptions import AskNotFound, RunNotFound
+from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent
 from ledger.services.tenancy import hash_secret
 
 
@@ -192,3 +194,77 @@ def run_chain_verify(*, run: Run) -> ChainVerdict:
             "records were removed from the end of the chain",
         )
     return ChainVerdict(True, checked)
+
+
+# --- asks --------------------------------------------------------------------------------------
+
+ASK_WAIT_MAX_SECONDS = 55
+
+
+def ask_get(*, project: Project, ask_id: int) -> Ask:
+    ask = Ask.objects.filter(project=project, pk=ask_id).first()
+    if ask is None:
+        raise AskNotFound(f"No ask {ask_id} in this project.")
+    return ask
+
+
+def ask_wait_for_decision(*, ask: Ask, wait_seconds: float) -> Ask:
+    """Return as soon as the ask is decided, or when the wait ends. Woken by NOTIFY, not by polling.
+
+    The database connection is closed while waiting so a held request never pins one.
+    """
+    if ask.status == Ask.Status.DECIDED or wait_seconds <= 0:
+        return ask
+    key = str(ask.pk)
+    woken = ask_decisions.register(key)
+    try:
+        ask.refresh_from_db()  # registered first: a decision committed from here on wakes us
+        deadline = time.monotonic() + min(wait_seconds, ASK_WAIT_MAX_SECONDS)
+        while ask.status != Ask.Status.DECIDED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            connection.close()
+            woken.wait(remaining)
+            woken.clear()
+            ask.refresh_from_db()
+    finally:
+        ask_decisions.unregister(key, woken)
+    return ask
+
+
+def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
+    """Projects whose asks this user may decide: approvers and admins (superusers: all)."""
+    if not user.is_authenticated:
+        return Project.objects.none()
+    if user.is_superuser:
+        return Project.objects.all()
+    return Project.objects.filter(
+        memberships__user=user, memberships__role__in=[Membership.Role.APPROVER, Membership.Role.ADMIN]
+    )
+
+
+def inbox_open_asks(*, user: User | AnonymousUser, before_id: int | None = None, limit: int = 25) -> list[Ask]:
+    """Open asks of the user's approver projects, newest first, keyset-paged; up to limit + 1 rows."""
+    asks = Ask.objects.filter(status=Ask.Status.OPEN, project__in=approver_projects(user)).select_related("project")
+    if before_id is not None:
+        asks = asks.filter(pk__lt=before_id)
+    return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
+
+
+def inbox_count(*, user: User | AnonymousUser) -> int:
+    return Ask.objects.filter(status=Ask.Status.OPEN, project__in=approver_projects(user)).count()
+
+
+def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, str]:
+    """The ask and the user's role in its project (auditors read, approvers decide), else 404."""
+    ask = (
+        Ask.objects.select_related("project", "decided_by")
+        .defer("checkpoint")
+        .filter(pk=ask_id, project__in=projects_for_user(user))
+        .first()
+    )
+    role = role_of(user=user, project=ask.project) if ask else None
+    if ask is None or role is None:
+        raise AskNotFound("No such ask.")
+    return ask, role

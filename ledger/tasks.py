@@ -1,12 +1,31 @@
-"""Thin Celery wrappers over services. The ledger's own periodic work arrives with later issues."""
+"""Thin Celery wrappers over services."""
 
 from celery import shared_task
 from django.db import connection
 
+from ledger.services import asks, webhooks
+
 
 @shared_task
 def ping() -> str:
-    """Proves a worker can reach the database (used by the health smoke test and `make run`)."""
+    """Proves a worker can reach the database."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return "pong"
+
+
+@shared_task(
+    acks_late=True,
+    autoretry_for=(webhooks.WebhookFailed,),
+    retry_backoff=2,
+    retry_backoff_max=600,
+    max_retries=12,
+    retry_jitter=True,
+)
+def ask_deliver_webhook(delivery_id: int) -> None:
+    webhooks.webhook_deliver(delivery_id=delivery_id)
+
+
+@shared_task(acks_late=True)
+def asks_apply_deadlines() -> int:
+    return asks.asks_apply_deadlines()

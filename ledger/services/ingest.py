@@ -17,7 +17,7 @@ from psycopg import Cursor
 from psycopg.types.json import Jsonb
 
 from footprint_site.lib.chain import link_hash
-from ledger.envelopes import Event, replace_nul
+from ledger.envelopes import Event, canonical_bytes, replace_nul
 from ledger.exceptions import SeqConflict
 from ledger.models import Project, Run
 from ledger.projections import Projection, project_events
@@ -297,9 +297,10 @@ def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
     cur.execute(
         """
         SELECT gap_from, gap_to FROM (
-            SELECT -1 AS seq, min(seq) AS next_seq FROM ledger_runevent WHERE run_id = %(run)s
+            SELECT -1 AS seq, min(seq) AS next_seq FROM ledger_runevent WHERE run_id = %(run)s AND seq IS NOT NULL
             UNION ALL
-            SELECT seq, lead(seq) OVER (ORDER BY seq) FROM ledger_runevent WHERE run_id = %(run)s
+            SELECT seq, lead(seq) OVER (ORDER BY seq) FROM ledger_runevent
+            WHERE run_id = %(run)s AND seq IS NOT NULL
         ) AS s(seq, next_seq), LATERAL (SELECT seq + 1, next_seq - 1) AS g(gap_from, gap_to)
         WHERE next_seq > seq + 1
         ORDER BY gap_from LIMIT %(limit)s
@@ -362,6 +363,10 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
         _copy_events(cur, event_rows)
         projection = project_events(new_events)
         _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()})
+        if projection.pauses:
+            from ledger.services.asks import asks_from_events
+
+            asks_from_events(project=project, events=projection.pauses)
 
         for run_id in sorted(by_run):
             state = states[run_id]
@@ -417,3 +422,40 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
                 )
             )
     return receipts
+
+
+SERVER_AUTHOR = "footprint-ledger"
+
+
+def run_append_server_event(*, project: Project, run_id: str, type_: str, payload: dict[str, Any]) -> str:
+    """Append an event the server itself authored (seq NULL) to a run's chain; returns the new head.
+
+    Takes the run's row lock like ingestion, so it chains after whatever is stored at that moment.
+    """
+    now_ms = int(datetime.now(tz=UTC).timestamp() * 1000)
+    body = canonical_bytes(
+        {"type": type_, "payload": payload, "meta": {"runId": run_id, "wallClockMs": now_ms, "author": SERVER_AUTHOR}}
+    )
+    with connection.connection.cursor() as cur:
+        state = _lock_run(cur, project, run_id, [], Run.Source.EVENTS)
+        head = link_hash(state.head, body)
+        cur.execute(
+            "INSERT INTO ledger_runevent (run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc,"
+            " prev_hash, hash, received_at) VALUES (%s, NULL, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())",
+            [
+                state.pk,
+                state.chain_length,
+                type_,
+                payload.get("toolCallId"),
+                now_ms,
+                body.decode(),
+                _doc_for_jsonb(body).decode(),
+                state.head,
+                head,
+            ],
+        )
+        cur.execute(
+            "UPDATE ledger_run SET chain_length = chain_length + 1, head_hash = %s, updated_at = now() WHERE id = %s",
+            [head, state.pk],
+        )
+    return head.hex()

@@ -1,0 +1,78 @@
+"""One LISTEN connection per web process, waking the requests that wait for a NOTIFY.
+
+A long-poll registers before it re-reads the database, so a decision committed between the read
+and the wait is never missed; a lost listener connection wakes every waiter to re-read.
+"""
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
+
+class Listener:
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._params: dict[str, Any] = {}
+
+    def _ensure_running(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._params = connection.get_connection_params()
+            self._thread = threading.Thread(target=self._run, name=f"listen-{self.channel}", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                params = dict(self._params)
+                params.pop("cursor_factory", None)
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f'LISTEN "{self.channel}"')
+                    self._wake_all()  # anything decided while (re)connecting is re-read
+                    for notice in conn.notifies():
+                        self._wake(notice.payload)
+            except Exception:  # the database went away: reconnect, and let waiters re-read meanwhile
+                logger.warning("listener for %s lost its connection; reconnecting", self.channel)
+                self._wake_all()
+                time.sleep(1)
+
+    def _wake(self, key: str) -> None:
+        with self._lock:
+            events = list(self._waiters.get(key, ()))
+        for event in events:
+            event.set()
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            events = [e for waiting in self._waiters.values() for e in waiting]
+        for event in events:
+            event.set()
+
+    def register(self, key: str) -> threading.Event:
+        self._ensure_running()
+        event = threading.Event()
+        with self._lock:
+            self._waiters[key].add(event)
+        return event
+
+    def unregister(self, key: str, event: threading.Event) -> None:
+        with self._lock:
+            waiting = self._waiters.get(key)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._waiters[key]
+
+
+ask_decisions = Listener("ask_decided")
