@@ -13,4 +13,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("ledger.urls")),
     path("", include("artifacts.urls")),
+    path("", include("ledger.urls_asks")),
 ]

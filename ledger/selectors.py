@@ -1,6 +1,7 @@
 """Reads. Every selector takes the project (or the user) it answers for and never leaks past it."""
 
 import base64
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,7 @@ from footprint_site.lib.chain import GENESIS, link_hash
 from footprint_site.notify import ask_decisions
 from ledger.envelopes import replace_nul
 from ledger.exceptions import AskNotFound, RunNotFound
-from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent
+from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, ToolCall
 from ledger.services.tenancy import hash_secret
 
 
@@ -268,3 +269,59 @@ def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, s
     if ask is None or role is None:
         raise AskNotFound("No such ask.")
     return ask, role
+
+
+REF_IN_TEXT = re.compile(r"art_[A-Za-z0-9]{22}")
+PRECEDING_STEPS = 15
+
+
+def _refs_in(value: Any) -> list[str]:
+    return sorted(set(REF_IN_TEXT.findall(orjson.dumps(value).decode()))) if value is not None else []
+
+
+def ask_context(*, ask: Ask) -> dict[str, Any]:
+    """Everything a person needs to decide, gathered from the run (never the checkpoint itself)."""
+    from artifacts.models import Artifact
+
+    run = Run.objects.filter(project=ask.project, run_id=ask.run_id).first()
+    call = ToolCall.objects.filter(run=run, tool_call_id=ask.tool_call_id).first() if run else None
+    original_args = call.args if call else None
+    args: Any = None
+    if ask.check_in and isinstance(ask.check_in.get("args"), dict):
+        args = ask.check_in["args"]
+    elif ask.checkpoint is not None:
+        state = orjson.loads(bytes(ask.checkpoint)).get("sharedState") or {}
+        args = state.get("pausedAskArgs")
+    if args is None:
+        args = original_args
+    steps: list[RunEvent] = []
+    if run is not None:
+        before = call.start_seq if call and call.start_seq is not None else run.max_seq + 1
+        steps = list(
+            RunEvent.objects.filter(run=run, seq__lt=before)
+            .order_by("-seq")
+            .only("seq", "type", "body")[:PRECEDING_STEPS]
+        )[::-1]
+    component = ask.component if isinstance(ask.component, dict) else None
+    refs = _refs_in(args) + _refs_in(component)
+    artifacts = list(
+        Artifact.objects.filter(store__project=ask.project, ref__in=refs).only(
+            "ref", "kind", "label", "bytes", "media_type", "expires_at", "payload_shape", "id", "expiry_bucket"
+        )
+    )
+    history = list(
+        Ask.objects.filter(project=ask.project, tool_name=ask.tool_name, status=Ask.Status.DECIDED)
+        .exclude(pk=ask.pk)
+        .defer("checkpoint", "pause_data", "check_in")
+        .order_by("-decided_at")[:10]
+    )
+    return {
+        "run": run,
+        "args": args,
+        "original_args": original_args,
+        "args_differ": original_args is not None and args is not None and args != original_args,
+        "steps": steps,
+        "artifacts": artifacts,
+        "history": history,
+        "component": component,
+    }

@@ -1,0 +1,109 @@
+"""The ask inbox and the ask page: people decide what paused runs wait for."""
+
+from typing import Any
+
+import orjson
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
+from ledger import selectors, services
+from ledger.exceptions import AskAlreadyDecided, AskNotFound
+from ledger.forms import DecisionForm
+from ledger.models import Ask, Membership
+from ledger.selectors import decode_cursor, encode_cursor
+
+ASKS_PER_PAGE = 25
+DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
+# componentId → template; anything else falls back to a readable rendering of its props.
+COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
+    asks = selectors.inbox_open_asks(
+        user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=ASKS_PER_PAGE
+    )
+    context = {
+        "asks": asks[:ASKS_PER_PAGE],
+        "next_cursor": encode_cursor(asks[ASKS_PER_PAGE - 1].pk) if len(asks) > ASKS_PER_PAGE else None,
+        "first_page": not request.GET.get("cursor"),
+    }
+    template = "asks/inbox.html" + ("#ask-list" if wants_partial(request) else "")
+    return render(request, template, context)
+
+
+def _pretty(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | None = None) -> dict[str, Any]:
+    try:
+        ask, role = selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
+    except AskNotFound:
+        raise Http404("No such ask.") from None
+    pack = selectors.ask_context(ask=ask)
+    component = pack["component"]
+    return {
+        "ask": ask,
+        "pack": pack,
+        "can_decide": role in DECIDERS and ask.status == Ask.Status.OPEN,
+        "form": form or DecisionForm(plain=ask.kind == Ask.Kind.PLAIN),
+        "detail_json": _pretty(ask.detail),
+        "args_json": _pretty(pack["args"]),
+        "original_args_json": _pretty(pack["original_args"]),
+        "decision_json": _pretty(ask.decision()),
+        "component_template": COMPONENTS.get(component.get("componentId")) if component else None,
+        "component_json": _pretty(component),
+        "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
+    }
+
+
+@require_GET
+@login_required
+def ask_detail(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
+    return render(request, "asks/ask_detail.html", _page_context(request, ask_id))
+
+
+@require_POST
+@login_required
+def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
+    """Approve, decline or answer. `by` is the signed-in user; a second decision sees the first."""
+    context = _page_context(request, ask_id)
+    ask = context["ask"]
+    if not context["can_decide"] and ask.status == Ask.Status.OPEN:
+        return HttpResponse("Only approvers of this project may decide its asks.", status=403)
+    form = DecisionForm(request.POST, plain=ask.kind == Ask.Kind.PLAIN)
+    status = 200
+    if ask.status == Ask.Status.OPEN and form.is_valid():
+        user = signed_in_user(request)
+        data = form.cleaned_data
+        try:
+            services.ask_decide(
+                ask_id=ask.pk,
+                approved=data["decision"] != "decline",
+                via=Ask.Via.PAGE,
+                by_label=user.get_username(),
+                user=user,
+                note=data["note"] or None,
+                value=data["value"] if data["decision"] == "answer" else None,
+            )
+        except AskAlreadyDecided:
+            status = 409  # someone else won: the panel below shows who, and when
+        if not wants_partial(request) and status == 200:
+            return redirect("asks:ask-detail", ask_id=ask.pk)
+        context = _page_context(request, ask_id)
+    elif ask.status != Ask.Status.OPEN:
+        status = 409
+    else:
+        context = _page_context(request, ask_id, form=form)
+        status = 422
+    if wants_partial(request):
+        # htmx swaps only 2xx answers: the panel itself says who decided, or what to fix.
+        return render(request, "asks/ask_detail.html#decision-panel", {**context, "lost": status == 409})
+    return render(request, "asks/ask_detail.html", {**context, "lost": status == 409}, status=status)
