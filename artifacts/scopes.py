@@ -53,6 +53,8 @@ def scope_from_json(document: object) -> Scope:
         value = document.get(field)
         if value is not None and not isinstance(value, str):
             raise InvalidScope(f"The scope's {field} must be a string when present. {HEADER_HELP}")
+        if value is not None and "\x00" in value:
+            raise InvalidScope(f"The scope's {field} contains the character U+0000, which no scope may hold.")
         if value is not None and len(value) > MAX_FIELD_CHARS:
             raise InvalidScope(f"The scope's {field} is longer than {MAX_FIELD_CHARS} characters.")
         values.append(value or None)

@@ -130,7 +130,7 @@ def artifact_list(
 
     An undecodable cursor restarts from the newest. The cursor is present only when more rows exist.
     """
-    limit = max(1, min(int(limit or DEFAULT_LIST_LIMIT), MAX_LIST_LIMIT))
+    limit = max(1, min(DEFAULT_LIST_LIMIT if limit is None else int(limit), MAX_LIST_LIMIT))
     rows = _live(store, scope).only(*META_FIELDS).order_by("-created_at", "ref")
     position = _decode_list_cursor(cursor)
     if position is not None:

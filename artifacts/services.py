@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
@@ -17,6 +18,7 @@ from artifacts.models import Artifact, ArtifactHold, ArtifactStore, SweepRun, To
 from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
 from artifacts.scopes import Scope
+from footprint_site.lib.js import js_stringify, js_trim
 from ledger.models import Project
 
 MAX_TTL_FACTS_PER_PUT = 1000
@@ -58,9 +60,24 @@ class Swept:
 
 def _check_put(spec: PutInput, now: int) -> None:
     """Spec §1.2 steps 1-4, in order. Messages may quote kind or mediaType, never payload or scope."""
-    for name, value in (("kind", spec.kind), ("mediaType", spec.media_type)):
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidArtifact(f"{name} must be a non-empty string.")
+    if not isinstance(spec.kind, str) or not js_trim(spec.kind):
+        shown = "undefined" if "kind" not in spec.present else js_stringify(spec.kind)
+        raise InvalidArtifact(
+            f"kind is {shown}. kind is the consumer vocabulary a redeemer decides from ('dataset/rows', "
+            "'chart/spec') — a blank one makes every head() useless. Name what this artifact IS."
+        )
+    if not isinstance(spec.media_type, str) or not js_trim(spec.media_type):
+        shown = "undefined" if "mediaType" not in spec.present else js_stringify(spec.media_type)
+        raise InvalidArtifact(
+            f"mediaType is {shown}. mediaType is the payload's MIME type ('application/json', 'text/csv') "
+            "— a redeemer renders by it. Name what the bytes ARE."
+        )
+    # PostgreSQL text cannot hold U+0000; refuse it by field name, never quoting the value.
+    for name, value in (("kind", spec.kind), ("mediaType", spec.media_type), ("label", spec.label)):
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidArtifact(f"{name} contains the character U+0000, which this store cannot keep.")
+    if spec.origin is not None and b"\\u0000" in orjson.dumps(spec.origin):
+        raise InvalidArtifact("origin contains the character U+0000, which this store cannot keep.")
     if "expiresAt" in spec.present:
         value = spec.expires_at
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -190,9 +207,12 @@ def artifact_put(*, store: ArtifactStore, scope: Scope, spec: PutInput) -> tuple
         if parents:
             unresolved = _unresolved_parents(cursor, store, scope, parents, now)
             if unresolved:
+                named = ", ".join(f"'{r}'" if is_ref(r) else "'(not a ref)'" for r in unresolved)
                 raise UnknownParentRef(
-                    f"[artifacts] put refused: {len(unresolved)} parentRefs do not resolve to a live artifact "
-                    f"in this scope: {', '.join(r if is_ref(r) else '(not a ref)' for r in unresolved)}.",
+                    f"[artifacts] put refused: parentRefs {named} do not resolve in this scope. parentRefs are "
+                    "derivation FACTS validated at mint — a parent must exist (and not be expired) in the same "
+                    "scope when the child is born. Store the parent first, or drop it from parentRefs; head(ref) "
+                    "tells you what resolves.",
                     unresolved=unresolved,
                 )
         expires_at = int(spec.expires_at) if "expiresAt" in spec.present else None
@@ -363,22 +383,27 @@ def artifacts_sweep(*, batch_size: int = 5000, time_budget_s: float = 50.0, grac
                         RETURNING a.id, a.store_id, a.scope_ns, a.ref, a.kind, a.bytes, a.digest, a.expires_at,
                                   a.expiry_bucket, a.deleted_at
                     ), far AS (
+                        -- Payloads in daily partitions go when their partition is dropped; the far
+                        -- partition (no expiry day of its own) is cleared row by row here.
                         DELETE FROM artifacts_payload_far p USING gone
                         WHERE p.expiry_bucket = gone.expiry_bucket AND p.artifact_id = gone.id
+                        RETURNING octet_length(p.body) AS n
+                    ), tomb AS (
+                        INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason,
+                                                         expired_at, swept_at)
+                        SELECT store_id, scope_ns, ref, kind, bytes, digest,
+                               CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE 'ttl' END, expires_at, now()
+                        FROM gone
+                        RETURNING 1
                     )
-                    INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason,
-                                                     expired_at, swept_at)
-                    SELECT store_id, scope_ns, ref, kind, bytes, digest,
-                           CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE 'ttl' END, expires_at, now()
-                    FROM gone
-                    RETURNING bytes
+                    SELECT (SELECT count(*) FROM tomb), (SELECT coalesce(sum(n), 0) FROM far)
                     """,
                     {"now": real_now, "batch": batch_size},
                 )
-                batch = cursor.fetchall()
-            rows += len(batch)
-            payload_bytes += sum(b[0] for b in batch)
-            if len(batch) < batch_size:
+                swept, far_bytes = cursor.fetchone()
+            rows += swept
+            payload_bytes += far_bytes
+            if swept < batch_size:
                 break
     finished = timezone.now()
     return SweepRun.objects.create(

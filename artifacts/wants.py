@@ -6,21 +6,16 @@ Reads only: it resolves refs through the store's own get and list, under the req
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound, InvalidWants
 from artifacts.models import ArtifactStore
 from artifacts.payloads import payload_data
 from artifacts.scopes import Scope
 from artifacts.selectors import artifact_get, artifact_list, meta_of
+from footprint_site.lib.js import js_string, js_stringify, js_trim
 
 LIVE_REF_LIST_LIMIT = 10
 LIVE_REF_SCAN_LIMIT = 200
 MAX_LIST_PAGES = 50
-
-
-def _js_json(value: Any) -> str:
-    return orjson.dumps(value).decode() if value is not None else "undefined"
 
 
 def assert_tool_wants(tool_name: str, wants: Any, input_schema: Any) -> None:
@@ -38,9 +33,9 @@ def assert_tool_wants(tool_name: str, wants: Any, input_schema: Any) -> None:
     if not isinstance(properties, dict):
         properties = None
     for arg_name, kind in wants.items():
-        if not isinstance(kind, str) or not kind.strip():
+        if not isinstance(kind, str) or not js_trim(kind):
             raise InvalidWants(
-                f"defineTool: tool '{tool_name}' declares wants.{arg_name} = {_js_json(kind)}, "
+                f"defineTool: tool '{tool_name}' declares wants.{arg_name} = {js_stringify(kind)}, "
                 "which is not an artifact kind. The value is the consumer vocabulary the resolved "
                 "artifact's meta.kind must equal exactly (e.g. 'dataset/rows')."
             )
@@ -52,15 +47,9 @@ def assert_tool_wants(tool_name: str, wants: Any, input_schema: Any) -> None:
                 "the art_… ref), or drop it from `wants`."
             )
         prop = properties.get(arg_name) if properties is not None else None
-        declared = prop.get("type") if isinstance(prop, dict) else None
-        if declared is not None and declared != "string":
-            shown = (
-                declared
-                if isinstance(declared, str)
-                else ",".join(map(str, declared))
-                if isinstance(declared, list)
-                else _js_json(declared)
-            )
+        # JS compares against undefined: a "type" key holding null is declared, and refused.
+        if isinstance(prop, dict) and "type" in prop and prop["type"] != "string":
+            shown = js_string(prop["type"])
             raise InvalidWants(
                 f"defineTool: tool '{tool_name}' declares wants.{arg_name}, but inputSchema declares "
                 f"that argument as type '{shown}'. A wants-argument is spoken as the "
@@ -164,7 +153,7 @@ def wants_resolve(
             )
             continue
         spoken = args[arg_name]
-        if not isinstance(spoken, str) or not spoken.strip():
+        if not isinstance(spoken, str) or not js_trim(spoken):
             refusals.append(
                 Refusal(
                     arg_name,

@@ -2,10 +2,6 @@
 
 import collections
 import json
-import os
-
-# Settings are read before any fixture runs: the artifact test hooks must be on from the start.
-os.environ.setdefault("FOOTPRINT_TEST_HOOKS", "1")
 from pathlib import Path
 from typing import Any
 
