@@ -12,30 +12,18 @@ import hashlib
 import http.client
 import json
 import os
-import secrets
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
+import common  # bench/common.py: running bench/ingest.py puts bench/ on sys.path
 import orjson
-import psutil
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 RUNS = int(os.environ.get("BENCH_RUNS", "400"))  # 400 runs x 500 events = 200,000 events
 EVENTS_PER_RUN, CLIENTS, WARMUP_RUNS, PAYLOAD_BYTES = 500, 4, 8, 400
-PORT = int(os.environ.get("BENCH_PORT", "8765"))
-DATABASE_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/footprint_bench"
 COLUMNS = "run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc, prev_hash, hash"
 TYPES = ["int8", "int4", "int4", "text", "text", "int8", "text", "jsonb", "bytea", "bytea"]
 FILLER = "Order A-7781 shipped with DHL and is at the Leipzig hub; the carrier expects delivery. " * 8
@@ -109,102 +97,22 @@ def copy_rows(run_pk: int, events: list[dict]) -> tuple[list[tuple], str]:
     return rows, head.hex()
 
 
-# --- Environment: database, server, memory sampling -------------------------------------------
-
-
-def reset_database() -> str:
-    name = conninfo_to_dict(DATABASE_URL)["dbname"]
-    if "bench" not in name:  # it is dropped below: never a database that may hold real runs
-        sys.exit(f"DATABASE_URL names database '{name}'; the benchmark drops and recreates it, so "
-                 "point DATABASE_URL at a database whose name contains 'bench'.")  # fmt: skip
-    with psycopg.connect(make_conninfo(DATABASE_URL, dbname="postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return name
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    # stderr captured too: create_agent_key's "store it now" notice is noise here.
-    cmd = [sys.executable, "manage.py", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def start_gunicorn(env: dict[str, str]) -> subprocess.Popen:
-    with socket.socket() as probe:  # fail with a sentence, not a gunicorn traceback
-        if probe.connect_ex(("127.0.0.1", PORT)) == 0:
-            sys.exit(f"Port {PORT} is in use; set BENCH_PORT to a free port.")
-    cmd = [sys.executable, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"]
-    # Own session, so stopping it is one killpg that reaches the master and every worker.
-    with open(RESULTS / "gunicorn.log", "wb") as log:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_healthy(server: subprocess.Popen, deadline_s: float = 60) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if server.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {server.returncode}; see {RESULTS}/gunicorn.log")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"/healthz did not answer 200 within {deadline_s} s")
-
-
-def stop(server: subprocess.Popen) -> None:
-    if server.poll() is None:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-
-
-class RssSampler(threading.Thread):
-    """Peak RSS of the gunicorn workers (the master's children), sampled every 100 ms.
-
-    Workers fork from a preloaded master, so part of each RSS is shared: the total overstates
-    the memory really used; the largest single worker is the per-worker figure to watch."""
-
-    def __init__(self, master_pid: int) -> None:
-        super().__init__(daemon=True)
-        self.master, self.done = psutil.Process(master_pid), threading.Event()
-        self.peak_total = self.peak_worker = self.workers = 0
-
-    def run(self) -> None:
-        while not self.done.wait(0.1):
-            rss = []
-            for child in self.master.children():
-                try:
-                    rss.append(child.memory_info().rss)
-                except psutil.NoSuchProcess:
-                    continue
-            self.workers = max(self.workers, len(rss))
-            self.peak_total = max(self.peak_total, sum(rss))
-            self.peak_worker = max(self.peak_worker, *rss, 0)
-
-
 # --- The two phases --------------------------------------------------------------------------
 
 
 def post_all(key: str, batches: list[tuple[str, bytes]]) -> tuple[float, list[tuple]]:
     """Post every batch from CLIENTS threads sharing one queue; wall time and per-request results."""
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    queue, lock, results = iter(batches), threading.Lock(), []
+    queue, lock, results, abort = iter(batches), threading.Lock(), [], threading.Event()
 
     def client() -> None:
         # One persistent http.client connection per thread: it reconnects by itself when the
         # server closes (gunicorn's sync workers answer every request with Connection: close).
-        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", common.PORT, timeout=120)
         while True:
             with lock:
                 item = next(queue, None)
-            if item is None:
+            if item is None or abort.is_set():
                 return conn.close()
             started = time.perf_counter()
             conn.request("POST", "/api/v1/events", item[1], headers)
@@ -214,50 +122,52 @@ def post_all(key: str, batches: list[tuple[str, bytes]]) -> tuple[float, list[tu
 
     started = time.perf_counter()
     with ThreadPoolExecutor(CLIENTS) as pool:
-        for future in [pool.submit(client) for _ in range(CLIENTS)]:
-            future.result()  # re-raises a client's exception here
+        futures = [pool.submit(client) for _ in range(CLIENTS)]
+        try:
+            for future in futures:
+                future.result()  # re-raises a client's exception here
+        except BaseException:  # Ctrl-C or a failed client: the others stop after their request
+            abort.set()
+            raise
     return time.perf_counter() - started, results
 
 
-def checkpoint() -> None:
-    # Neither phase should pay for flushing the other's dirty buffers (needs superuser; optional).
-    with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-        try:
-            conn.execute("CHECKPOINT")
-        except psycopg.Error:
-            pass
+def serve_and_post(env: dict[str, str], key: str, warmup: list, measured: list) -> tuple:
+    server = common.start_gunicorn(env)
+    try:
+        post_all(key, warmup)  # first requests pay for connections and lazy imports: not measured
+        common.checkpoint()
+        sampler = common.RssSampler(server.pid)
+        sampler.start()
+        web = [server.pid, *(child.pid for child in sampler.master.children())]
+        print(f"Posting {len(measured)} batches of {EVENTS_PER_RUN} from {CLIENTS} clients…", flush=True)
+        with common.CpuMeter(web=web, postgres=common.database_backends()) as cpu:
+            seconds, results = post_all(key, measured)
+        sampler.done.set()
+        sampler.join()
+        return seconds, results, cpu.seconds, sampler
+    finally:
+        common.stop(server)
 
 
-def copy_baseline(rows: list[tuple]) -> float:
-    with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS bench_copy")
+def copy_baseline(rows: list[tuple]) -> tuple[float, dict[str, float]]:
+    with psycopg.connect(common.DATABASE_URL, autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_copy (LIKE ledger_runevent INCLUDING ALL)")
-        checkpoint()
+        common.checkpoint()
         conn.autocommit = False
-        started = time.perf_counter()
-        with conn.cursor() as cur, cur.copy(f"COPY bench_copy ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(TYPES)  # the binary types the service declares for ledger_runevent
-            for row in rows:
-                copy.write_row(row)
-        conn.commit()
-        return time.perf_counter() - started
-
-
-def machine(load_before: float) -> str:
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    models = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
-    with psycopg.connect(DATABASE_URL) as conn:
-        pg = conn.execute("SELECT current_setting('server_version'), current_setting('synchronous_commit')")
-        version, sync = pg.fetchone()
-    # A load average near or above the CPU count before the start means something else was running.
-    return (f"{os.cpu_count()} CPUs, {models[0] if models else 'unknown CPU'}, "
-            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM; PostgreSQL {version} "
-            f"(synchronous_commit={sync}); load average before start {load_before:.2f}")  # fmt: skip
+        with common.CpuMeter(postgres=[conn.info.backend_pid]) as cpu:
+            started = time.perf_counter()
+            with conn.cursor() as cur, cur.copy(f"COPY bench_copy ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(TYPES)  # the binary types the service declares for ledger_runevent
+                for row in rows:
+                    copy.write_row(row)
+            conn.commit()
+            seconds = time.perf_counter() - started
+    return seconds, cpu.seconds
 
 
 def main() -> None:
-    load_before = os.getloadavg()[0]
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    common.RESULTS.mkdir(parents=True, exist_ok=True)
     print(f"Preparing {RUNS * EVENTS_PER_RUN:,} events in {RUNS} runs…", flush=True)
     tag = f"bench-{int(time.time())}"  # fresh runIds every time, so no batch is a duplicate
     runs = {f"{tag}-{n:04d}": run_events(f"{tag}-{n:04d}", f"{tag}-s{n % 50}") for n in range(RUNS + WARMUP_RUNS)}
@@ -270,60 +180,44 @@ def main() -> None:
         rows.extend(run_rows)
     del runs
 
-    name = reset_database()
-    env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOST="127.0.0.1", PORT=str(PORT))
-    env |= {"DJANGO_DEBUG": "0", "DJANGO_SECURE_COOKIES": "0"}
-    env.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    print(f"Migrating database '{name}'…", flush=True)
-    manage(env, "migrate", "--no-input")
-    key = manage(env, "create_agent_key", "--project", "bench", "--scopes", "ingest", "read")
-    key = key.strip().splitlines()[-1]
-
-    server = start_gunicorn(env)
-    try:
-        wait_healthy(server)
-        post_all(key, warmup)  # first requests pay for connections and lazy imports: not measured
-        checkpoint()
-        sampler = RssSampler(server.pid)
-        sampler.start()
-        print(f"Posting {len(measured)} batches of {EVENTS_PER_RUN} from {CLIENTS} clients…", flush=True)
-        http_s, results = post_all(key, measured)
-        sampler.done.set()
-        sampler.join()
-    finally:
-        stop(server)
-
+    env = common.reset_database()
+    key = common.manage(env, "create_agent_key", "--project", "bench", "--scopes", "ingest", "read").split()[-1]
+    http_s, results, http_cpu, sampler = serve_and_post(env, key, warmup, measured)
     for _, run_id, status, data in results:
         if status != 200 or orjson.loads(data)["runs"][0]["head"] != heads[run_id]:
             raise RuntimeError(f"{run_id} was not stored as expected: {status} {data[:300]!r}")
     print(f"COPYing {len(rows):,} rows into bench_copy…", flush=True)
-    copy_s = copy_baseline(rows)
-    report(len(rows), http_s, copy_s, results, sampler, machine(load_before), name)
+    copy_s, copy_cpu = copy_baseline(rows)
 
-
-def report(events: int, http_s: float, copy_s: float, results: list, sampler: RssSampler, box: str, db: str) -> None:
-    cuts = statistics.quantiles([r[0] * 1000 for r in results], n=100)  # 99 cut points
-    figures = {
+    events, size = len(rows), sum(len(body) for _, body in measured) // len(measured)
+    cuts = statistics.quantiles([r[0] * 1000 for r in results], n=100, method="inclusive")  # 99 cut points
+    cpu_us = {phase: {k: round(v / events * 1e6, 1) for k, v in cpu.items()} for phase, cpu in
+              (("http", http_cpu), ("copy", copy_cpu))}  # fmt: skip
+    f = {
         "events": events, "batch_size": EVENTS_PER_RUN, "clients": CLIENTS,
-        "payload_bytes": PAYLOAD_BYTES, "http_seconds": round(http_s, 3),
+        "payload_bytes": PAYLOAD_BYTES, "request_bytes": size, "http_seconds": round(http_s, 3),
         "http_events_per_s": round(events / http_s), "copy_seconds": round(copy_s, 3),
         "copy_events_per_s": round(events / copy_s), "ratio": round(copy_s / http_s, 3),
         "p50_ms": round(cuts[49], 1), "p99_ms": round(cuts[98], 1),
         "max_ms": round(max(r[0] for r in results) * 1000, 1), "web_workers": sampler.workers,
         "workers_peak_rss_mib_total": round(sampler.peak_total / 2**20, 1),
         "worker_peak_rss_mib_max": round(sampler.peak_worker / 2**20, 1),
-        "machine": box, "database": db,
+        "cpu_us_per_event": cpu_us, "machine": common.machine(), "database_url": common.DATABASE_URL,
     }  # fmt: skip
-    (RESULTS / "ingest.json").write_text(json.dumps(figures, indent=2) + "\n")
-    f = figures
+    (common.RESULTS / "ingest.json").write_text(json.dumps(f, indent=2) + "\n")
+    h, c = cpu_us["http"], cpu_us["copy"]
     print(
-        f"\n  http ingest     {f['http_events_per_s']:>8,} events/s  ({http_s:.2f} s)"
+        f"\n  http ingest     {f['http_events_per_s']:>8,} events/s  ({http_s:.2f} s, {size // 1024} KiB requests)"
         f"\n  copy baseline   {f['copy_events_per_s']:>8,} events/s  ({copy_s:.2f} s, one transaction)"
         f"\n  ratio           {f['ratio']:>8.2f}  (http / copy; aim >= 0.70)"
         f"\n  latency         p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms (aim < 60), max {f['max_ms']} ms"
         f"\n  web workers     {f['web_workers']}, peak RSS {f['worker_peak_rss_mib_max']} MiB largest,"
         f" {f['workers_peak_rss_mib_total']} MiB summed"
-        f"\n  machine         {box}\n  written to      {RESULTS / 'ingest.json'}"
+        f"\n  CPU µs/event    http: web {h['web']} + postgres {h['postgres']} (client {h['client']});"
+        f" copy: postgres {c['postgres']} (client {c['client']})"
+        f"\n  other CPU       {h['other']} µs/event during http, {c['other']} during copy"
+        " (PostgreSQL background writers and other jobs; high values mean noisy figures)"
+        f"\n  machine         {f['machine']}\n  written to      {common.RESULTS / 'ingest.json'}"
     )
 
 

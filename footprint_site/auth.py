@@ -1,5 +1,7 @@
 """Agent keys on the API: `Authorization: Bearer <key>`, never a session cookie (so no CSRF)."""
 
+import time
+
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
@@ -13,6 +15,27 @@ class ScopeMissing(Exception):
         self.scope = scope
 
 
+# A short per-process memory of verified keys saves a query on every ingestion request; a revoked
+# key therefore stops working within KEY_CACHE_SECONDS.
+KEY_CACHE_SECONDS = 5.0
+_verified: dict[str, tuple[float, AgentKey]] = {}
+
+
+def _key_for(secret: str) -> AgentKey | None:
+    now = time.monotonic()
+    cached = _verified.get(secret)
+    if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
+        return cached[1]
+    key = agent_key_get_by_secret(secret=secret)
+    if key is None:
+        _verified.pop(secret, None)
+        return None
+    if len(_verified) > 1000:
+        _verified.clear()
+    _verified[secret] = (now, key)
+    return key
+
+
 class AgentKeyAuth(HttpBearer):
     """Authenticates an agent key that carries `scope`; `request.auth` is the AgentKey."""
 
@@ -21,7 +44,7 @@ class AgentKeyAuth(HttpBearer):
         self.scope = scope
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentKey | None:
-        key = agent_key_get_by_secret(secret=token)
+        key = _key_for(token)
         if key is None:
             return None
         if self.scope not in key.scopes:

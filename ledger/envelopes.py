@@ -81,9 +81,8 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
     if not isinstance(raw, dict):
         return None, [_problem(index, "", "Each event must be a JSON object {seq, type, payload, meta}.")]
     problems = []
-    unknown = raw.keys() - ENVELOPE_KEYS
-    if unknown:
-        names = ", ".join(sorted(unknown))
+    if not raw.keys() <= ENVELOPE_KEYS:
+        names = ", ".join(sorted(raw.keys() - ENVELOPE_KEYS))
         problems.append(
             _problem(index, names, f"Unknown envelope keys: {names}. An event has seq, type, payload, meta.")
         )

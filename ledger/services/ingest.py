@@ -325,6 +325,8 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
         by_run[event.run_id].append(event)
         positions[id(event)] = index
 
+    # Django hands out client-side-binding cursors; this path binds server-side so the unnest()
+    # arrays travel as typed parameters instead of being escaped into the SQL text in Python.
     pg = connection.connection
     receipts: list[RunReceipt] = []
     event_rows: list[tuple[Any, ...]] = []
@@ -332,7 +334,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
     states: dict[str, _RunState] = {}
     duplicates: dict[str, int] = {}
     accepted: dict[str, int] = {}
-    with pg.cursor() as cur:
+    with Cursor(pg) as cur:
         for run_id in sorted(by_run):
             run_events = by_run[run_id]
             state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
@@ -436,7 +438,7 @@ def run_append_server_event(*, project: Project, run_id: str, type_: str, payloa
     body = canonical_bytes(
         {"type": type_, "payload": payload, "meta": {"runId": run_id, "wallClockMs": now_ms, "author": SERVER_AUTHOR}}
     )
-    with connection.connection.cursor() as cur:
+    with Cursor(connection.connection) as cur:
         state = _lock_run(cur, project, run_id, [], Run.Source.EVENTS)
         head = link_hash(state.head, body)
         cur.execute(

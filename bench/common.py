@@ -1,0 +1,166 @@
+"""What a benchmark needs around the app: a clean database, gunicorn served as `make run` does,
+and measurements of the processes (memory, CPU) taken from outside them."""
+
+import contextlib
+import http.client
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PORT = int(os.environ.get("BENCH_PORT", "8765"))
+DATABASE_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/footprint_bench"
+
+
+def reset_database() -> dict[str, str]:
+    """Drop and recreate the bench database, migrate it; return the server's environment."""
+    name = conninfo_to_dict(DATABASE_URL)["dbname"]
+    if "bench" not in name:  # it is dropped below: never a database that may hold real runs
+        sys.exit(f"DATABASE_URL names database '{name}'; the benchmark drops and recreates it, so "
+                 "point DATABASE_URL at a database whose name contains 'bench'.")  # fmt: skip
+    with psycopg.connect(make_conninfo(DATABASE_URL, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    # Production settings, as `make run` serves them over plain HTTP.
+    env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOST="127.0.0.1", PORT=str(PORT))
+    env |= {"DJANGO_DEBUG": "0", "DJANGO_SECURE_COOKIES": "0"}
+    env.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    print(f"Migrating database '{name}'…", flush=True)
+    manage(env, "migrate", "--no-input")
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    # stderr captured too: create_agent_key's "store it now" notice is noise here.
+    cmd = [sys.executable, "manage.py", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def start_gunicorn(env: dict[str, str]) -> subprocess.Popen:
+    """gunicorn with gunicorn.conf.py, answering /healthz; its output goes to bench/results/gunicorn.log."""
+    with socket.socket() as probe:  # fail with a sentence, not a gunicorn traceback
+        if probe.connect_ex(("127.0.0.1", PORT)) == 0:
+            sys.exit(f"Port {PORT} is in use; set BENCH_PORT to a free port.")
+    # SIGTERM, like Ctrl-C, must unwind through the caller's finally: gunicorn runs in its own session.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    cmd = [sys.executable, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"]
+    # Own session, so stopping it is one killpg that reaches the master and every worker.
+    with open(RESULTS / "gunicorn.log", "wb") as log:
+        server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {server.returncode}; see {RESULTS / 'gunicorn.log'}")
+            with contextlib.suppress(OSError):
+                conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    return server
+            time.sleep(0.25)
+        raise RuntimeError("/healthz did not answer 200 within 60 s")
+    except BaseException:
+        stop(server)
+        raise
+
+
+def stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def checkpoint() -> None:
+    # Neither phase should pay for flushing the other's dirty buffers (needs superuser; optional).
+    with psycopg.connect(DATABASE_URL, autocommit=True) as conn, contextlib.suppress(psycopg.Error):
+        conn.execute("CHECKPOINT")
+
+
+def database_backends() -> list[int]:
+    """Backends connected to the bench database (the web workers keep theirs: CONN_MAX_AGE)."""
+    with psycopg.connect(DATABASE_URL) as conn:
+        query = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        return [pid for (pid,) in conn.execute(query)]
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS of the gunicorn workers, sampled every 100 ms. Workers fork from a preloaded master
+    and share pages, so the summed RSS overstates memory; the largest worker is the figure to watch."""
+
+    def __init__(self, master_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.master, self.done = psutil.Process(master_pid), threading.Event()
+        self.peak_total = self.peak_worker = self.workers = 0
+
+    def run(self) -> None:
+        while not self.done.wait(0.1):
+            rss = []
+            for child in self.master.children():
+                with contextlib.suppress(psutil.Error):
+                    rss.append(child.memory_info().rss)
+            self.workers = max(self.workers, len(rss))
+            self.peak_total = max(self.peak_total, sum(rss))
+            self.peak_worker = max(self.peak_worker, *rss, 0)
+
+
+class CpuMeter:
+    """CPU seconds spent inside the block by named groups of processes, by this client process, and
+    by everything else on the machine ("other": PostgreSQL's background writers, other jobs).
+    CPU per event is steadier than events/s on a shared machine; a large "other" flags noise."""
+
+    def __init__(self, **groups: list[int]) -> None:
+        self.groups, self.seconds = groups, {}
+
+    def _read(self) -> dict[str, float]:
+        times = psutil.cpu_times()
+        busy = times.user + times.nice + times.system + getattr(times, "irq", 0) + getattr(times, "softirq", 0)
+        return {
+            **{name: _cpu_of(pids) for name, pids in self.groups.items()},
+            "client": time.process_time(),
+            "all": busy,
+        }
+
+    def __enter__(self) -> "CpuMeter":
+        self.start = self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        spent = {name: value - self.start[name] for name, value in self._read().items()}
+        spent["other"] = spent.pop("all") - sum(spent.values())
+        self.seconds = spent
+
+
+def _cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):  # a process that is gone counts as nothing
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def machine() -> str:
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    with psycopg.connect(DATABASE_URL) as conn:
+        pg = conn.execute("SELECT current_setting('server_version'), current_setting('synchronous_commit')")
+        version, sync = pg.fetchone()
+    return (f"{os.cpu_count()} CPUs, {models[0] if models else 'unknown CPU'}, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM; PostgreSQL {version} "
+            f"(synchronous_commit={sync})")  # fmt: skip
