@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test e2e bench lint typecheck check worker beat stop clean lock
+.PHONY: install run test e2e e2e-deps bench lint typecheck check worker beat stop clean lock
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,13 +19,23 @@ run: $(STAMP)
 	$(BIN)/python -m footprint_site.stack
 
 # The suite runs against DATABASE_URL when set, else the embedded PostgreSQL; likewise the broker.
-# pytest's exit code 5 (nothing collected) is a failure here, never a pass.
+CHROMIUM ?= /usr/bin/chromium
+PYTEST := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-test-only} $(BIN)/python -m pytest
+
+# The whole suite: everything, then the browser journeys in Debian's Chromium. pytest's exit
+# code 5 (nothing collected) is a failure here, never a pass.
 test: $(STAMP)
-	DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-test-only} $(BIN)/python -m pytest $(PYTEST_ARGS); \
-	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(PYTEST) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi
+	@if [ -x $(CHROMIUM) ]; then $(MAKE) --no-print-directory e2e; \
+	else echo "*** Browser tests NOT run: $(CHROMIUM) is missing (make e2e-deps installs it; CI does) ***"; fi
 
 e2e: $(STAMP)
-	$(MAKE) test PYTEST_ARGS="-m e2e"
+	$(PYTEST) -m e2e tests/e2e; rc=$$?; if [ $$rc -eq 5 ]; then echo "no browser tests collected: failing"; exit 1; fi; exit $$rc
+
+# Debian's Chromium for the browser tests (Playwright drives it; no browser download).
+e2e-deps:
+	test -x $(CHROMIUM) || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py

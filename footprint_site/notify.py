@@ -22,6 +22,8 @@ class Listener:
         self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
         self._params: dict[str, Any] = {}
 
     def _ensure_running(self) -> None:
@@ -33,19 +35,34 @@ class Listener:
             self._thread.start()
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 params = dict(self._params)
                 params.pop("cursor_factory", None)
                 with psycopg.connect(**params, autocommit=True) as conn:
+                    self._conn = conn
                     conn.execute(f'LISTEN "{self.channel}"')
                     self._wake_all()  # anything decided while (re)connecting is re-read
-                    for notice in conn.notifies():
-                        self._wake(notice.payload)
+                    # A timeout lets the loop notice stop() without waiting for a NOTIFY.
+                    while not self._stopping.is_set():
+                        for notice in conn.notifies(timeout=1.0):
+                            self._wake(notice.payload)
             except Exception:  # the database went away: reconnect, and let waiters re-read meanwhile
+                if self._stopping.is_set():
+                    break
                 logger.warning("listener for %s lost its connection; reconnecting", self.channel)
                 self._wake_all()
                 time.sleep(1)
+            finally:
+                self._conn = None
+
+    def stop(self) -> None:
+        """Close the LISTEN connection (tests drop their database afterwards)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._thread = None
+        self._stopping.clear()
 
     def _wake(self, key: str) -> None:
         with self._lock:

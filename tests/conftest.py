@@ -117,3 +117,13 @@ def outsider_client(outsider: Any) -> Client:
     client = Client()
     client.force_login(outsider)
     return client
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _stop_decision_listener(django_db_setup: None, django_db_blocker: Any) -> Any:
+    """The long-poll's LISTEN connection must close before pytest drops the test database
+    (depending on django_db_setup makes this teardown run first)."""
+    yield
+    from footprint_site.notify import ask_decisions
+
+    ask_decisions.stop()

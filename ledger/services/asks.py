@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from ledger.envelopes import Event
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
-from ledger.models import AgentKey, Ask, Project, ToolCall, WebhookDelivery
+from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event
 
 NOTIFY_CHANNEL = "ask_decided"
@@ -148,26 +148,37 @@ def asks_from_events(*, project: Project, events: list[Event]) -> None:
         if not isinstance(pause_data, dict) or not isinstance(pause_data.get("toolCallId"), str):
             continue
         run_id = _run_of_pause(project, event, pause_data["toolCallId"])
+        session_id = event.meta.get("sessionId") or (
+            Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
+        )
         existing = Ask.objects.filter(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"]).first()
         if existing is None:
             Ask.objects.create(
                 project=project,
                 run_id=run_id,
                 tool_call_id=pause_data["toolCallId"],
-                session_id=event.meta.get("sessionId"),
+                session_id=session_id,
                 **_fields_for_model(pause_data),
             )
-        elif short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
-            Ask.objects.filter(pk=existing.pk).update(**_fields_for_model(pause_data))
+            continue
+        updates: dict[str, Any] = {}
+        if short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
+            updates.update(_fields_for_model(pause_data))
+        if existing.session_id is None and session_id:
+            updates["session_id"] = session_id
+        if updates:
+            Ask.objects.filter(pk=existing.pk).update(**updates)
 
 
 def _close_reported(project: Project, payload: dict[str, Any]) -> None:
     tool_call_id, by = payload.get("toolCallId"), payload.get("by")
     if not isinstance(tool_call_id, str) or not isinstance(payload.get("approved"), bool):
         return
-    ask = Ask.objects.filter(project=project, tool_call_id=tool_call_id, status=Ask.Status.OPEN).order_by("-id").first()
-    if ask is not None:
-        Ask.objects.filter(pk=ask.pk, status=Ask.Status.OPEN).update(
+    # The resumed run reports under a new runId and no session, so the ask is found by its tool
+    # call alone; ids like 'c3' repeat across runs, and an ambiguous match decides nothing.
+    candidates = list(Ask.objects.filter(project=project, tool_call_id=tool_call_id, status=Ask.Status.OPEN)[:2])
+    if len(candidates) == 1:
+        Ask.objects.filter(pk=candidates[0].pk, status=Ask.Status.OPEN).update(
             status=Ask.Status.DECIDED,
             approved=payload["approved"],
             decided_by_label=by if isinstance(by, str) else "",

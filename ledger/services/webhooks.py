@@ -28,7 +28,7 @@ def webhook_deliver(*, delivery_id: int) -> None:
     """Attempt one delivery; a no-op once delivered (safe to run twice). Raises WebhookFailed to retry."""
     with transaction.atomic():
         delivery = (
-            WebhookDelivery.objects.select_for_update(skip_locked=True)
+            WebhookDelivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("ask__project__webhook")
             .filter(pk=delivery_id)
             .first()

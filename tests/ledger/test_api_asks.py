@@ -1,0 +1,565 @@
+"""The agent-facing asks API: open (idempotent), read, long-poll the decision, decide once."""
+
+import copy
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import Client
+
+from ledger.models import AgentKey, Ask, Membership, Project, RunEvent
+from ledger.services import agent_key_create, membership_grant
+from tests.conftest import ApiClient, load_fixture, numbered_per_run
+
+pytestmark = pytest.mark.django_db
+
+ASKS = "/api/v1/asks"
+B_OUTCOME = load_fixture("b-middleware/ask-pause.json")["pauseOutcome"]
+B_CHECKPOINT = load_fixture("b-middleware/ask-checkpoint.json")
+B_RUN = "run-1796043009968-3"
+MARKER = "CHECKPOINT-ONLY-7f3a9c2e-d41b"  # appears nowhere but inside the posted checkpoint
+
+
+def _secret_of(client: ApiClient) -> str:
+    return client.defaults["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
+
+
+def _sibling(project: Project, scopes: list[str] | None = None) -> ApiClient:
+    """Another agent key of the same project."""
+    return ApiClient(agent_key_create(project=project, scopes=scopes or list(AgentKey.Scope.values))[1])
+
+
+def _b_body(run_id: str = B_RUN, **extra: Any) -> dict[str, Any]:
+    """What an agent posts: the paused outcome (with its real checkpoint) plus runId."""
+    return {**copy.deepcopy(B_OUTCOME), "checkpoint": copy.deepcopy(B_CHECKPOINT), "runId": run_id, **extra}
+
+
+def _marked_checkpoint() -> dict[str, Any]:
+    checkpoint = copy.deepcopy(B_CHECKPOINT)
+    checkpoint["sharedState"]["userMessage"] += f" {MARKER}"
+    checkpoint["sharedState"]["history"].append({"role": "user", "content": f"private {MARKER}"})
+    checkpoint["privateNote"] = MARKER
+    return checkpoint
+
+
+def _plain_body(tool_call_id: str = "q1", run_id: str = "run-q") -> dict[str, Any]:
+    return {"runId": run_id, "pauseData": {"toolCallId": tool_call_id, "toolName": "ask_user", "question": "Region?"}}
+
+
+def _open(client: ApiClient, body: dict[str, Any] | None = None, status: int = 201) -> dict[str, Any]:
+    response = client.post_json(ASKS, body if body is not None else _b_body())
+    assert response.status_code == status, response.content
+    return response.json()["ask"]
+
+
+def _decide(client: ApiClient, ask_id: int, **body: Any) -> Any:
+    return client.post_json(f"{ASKS}/{ask_id}/decision", body)
+
+
+def _error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert body["code"] == code
+    assert isinstance(body["error"], str)
+    assert body["error"]
+    return body
+
+
+# Opening
+
+
+def test_open_ask_first_post_is_201_with_the_ask(agent_client: ApiClient) -> None:
+    response = agent_client.post_json(ASKS, _b_body(sessionId="fixture-session-b-declined"))
+
+    assert response.status_code == 201, response.content
+    ask = response.json()["ask"]
+    assert isinstance(ask["id"], int)
+    assert ask["runId"] == B_RUN
+    assert ask["sessionId"] == "fixture-session-b-declined"
+    assert ask["toolCallId"] == "t3"
+    assert ask["toolName"] == "transfer_funds"
+    assert ask["kind"] == "ask"
+    assert ask["status"] == "open"
+    assert ask["question"] == "Approve a transfer of 2500 EUR to ACC-900?"
+    assert ask["middleware"] == "four-eyes"
+    assert ask["onTimeout"] == "decline"
+    assert datetime.fromisoformat(ask["createdAt"]).tzinfo is not None
+    assert "decision" not in ask
+    assert "deadline" not in ask
+    assert "checkpoint" not in ask
+
+
+def test_open_ask_repost_is_200_with_the_same_ask(agent_client: ApiClient) -> None:
+    first = _open(agent_client)
+
+    again = agent_client.post_json(ASKS, _b_body())
+
+    assert again.status_code == 200, again.content
+    assert again.json()["ask"]["id"] == first["id"]
+    assert Ask.objects.count() == 1
+
+
+def test_open_ask_repost_by_another_key_is_the_same_ask(agent_client: ApiClient, project: Project) -> None:
+    first = _open(agent_client)
+
+    assert _open(_sibling(project), status=200)["id"] == first["id"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_ask_ten_at_once_is_one_ask(agent_client: ApiClient) -> None:
+    secret = _secret_of(agent_client)
+    barrier = threading.Barrier(10)
+    answers: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def post() -> None:
+        try:
+            client = ApiClient(secret)
+            barrier.wait(timeout=30)
+            response = client.post_json(ASKS, _b_body())
+            with lock:
+                answers.append((response.status_code, response.json()["ask"]["id"]))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=post) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert sorted(status for status, _ in answers) == [200] * 9 + [201]
+    assert len({ask_id for _, ask_id in answers}) == 1
+    assert Ask.objects.count() == 1
+
+
+def test_open_ask_with_deadline_and_on_timeout(agent_client: ApiClient) -> None:
+    ask = _open(agent_client, _b_body(deadline="2026-12-01T09:00:00+01:00", onTimeout="approve"))
+
+    assert datetime.fromisoformat(ask["deadline"]) == datetime.fromisoformat("2026-12-01T08:00:00+00:00")
+    assert ask["onTimeout"] == "approve"
+    stored = Ask.objects.get(pk=ask["id"])
+    assert stored.deadline == datetime.fromisoformat("2026-12-01T08:00:00+00:00")
+
+
+def test_open_ask_check_in_pause(agent_client: ApiClient) -> None:
+    outcome = load_fixture("c-checkin/checkin-pause.json")["pauseOutcome"]
+    body = {**outcome, "checkpoint": load_fixture("c-checkin/checkin-checkpoint.json"), "runId": "run-c"}
+
+    ask = _open(agent_client, body)
+
+    assert ask["kind"] == "checkIn"
+    assert ask["toolCallId"] == "c3"
+    assert ask["question"] == outcome["checkIn"]["evidence"]["willDo"]
+
+
+def test_open_ask_plain_pause(agent_client: ApiClient) -> None:
+    ask = _open(agent_client, _plain_body())
+
+    assert (ask["kind"], ask["question"], ask["toolName"]) == ("plain", "Region?", "ask_user")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"pauseData": {"toolCallId": "t3"}},
+        {"runId": "", "pauseData": {"toolCallId": "t3"}},
+        {"runId": 42, "pauseData": {"toolCallId": "t3"}},
+        {"runId": "r"},
+        {"runId": "r", "pauseData": "t3"},
+        {"runId": "r", "pauseData": {"toolName": "transfer_funds"}},
+        {"runId": "r", "pauseData": {"toolCallId": "t3"}, "surprise": 1},
+        {"runId": "r", "pauseData": {"toolCallId": "t3"}, "deadline": "2026-12-01T09:00:00"},
+        {"runId": "r", "pauseData": {"toolCallId": "t3"}, "deadline": "next tuesday"},
+        {"runId": "r", "pauseData": {"toolCallId": "t3"}, "deadline": 1796040000000},
+        {"runId": "r", "pauseData": {"toolCallId": "t3"}, "onTimeout": "escalate"},
+        ["not", "an", "object"],
+    ],
+)
+def test_open_ask_invalid_body_is_422(agent_client: ApiClient, body: Any) -> None:
+    _error(agent_client.post_json(ASKS, body), 422, "ERR_INVALID_ASK")
+    assert not Ask.objects.exists()
+
+
+def test_open_ask_malformed_json_is_400(agent_client: ApiClient) -> None:
+    _error(agent_client.post_json(ASKS, b'{"runId": '), 400, "ERR_MALFORMED_JSON")
+
+
+# Reading, and who sees the checkpoint
+
+
+def test_get_ask_returns_it(agent_client: ApiClient) -> None:
+    opened = _open(agent_client)
+
+    response = agent_client.get(f"{ASKS}/{opened['id']}")
+
+    assert response.status_code == 200
+    ask = response.json()["ask"]
+    assert {k: v for k, v in ask.items() if k != "checkpoint"} == opened
+
+
+def test_get_ask_checkpoint_only_for_the_posting_key(agent_client: ApiClient, project: Project) -> None:
+    checkpoint = _marked_checkpoint()
+    ask_id = _open(agent_client, _b_body(checkpoint=checkpoint))["id"]
+    sibling = _sibling(project)
+
+    mine = agent_client.get(f"{ASKS}/{ask_id}")
+    theirs = sibling.get(f"{ASKS}/{ask_id}")
+
+    assert mine.json()["ask"]["checkpoint"] == checkpoint
+    assert theirs.status_code == 200
+    assert "checkpoint" not in theirs.json()["ask"]
+    assert MARKER not in theirs.content.decode()
+
+
+def test_get_ask_checkpoint_of_an_event_ask_goes_to_the_key_that_added_it(
+    agent_client: ApiClient, project: Project
+) -> None:
+    events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
+    assert agent_client.ingest(events).status_code == 200
+    from_events = Ask.objects.get()
+    poster = _sibling(project, ["asks"])
+
+    ask = _open(poster, _b_body(checkpoint=_marked_checkpoint()), status=200)
+
+    assert ask["id"] == from_events.pk
+    assert poster.get(f"{ASKS}/{ask['id']}").json()["ask"]["checkpoint"]["privateNote"] == MARKER
+    assert MARKER not in agent_client.get(f"{ASKS}/{ask['id']}").content.decode()
+
+
+def test_checkpoint_never_appears_in_any_page(
+    agent_client: ApiClient, project: Project, auditor_client: Client, django_user_model: Any
+) -> None:
+    events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
+    assert agent_client.ingest(events).status_code == 200
+    ask_id = _open(agent_client, _b_body(checkpoint=_marked_checkpoint()), status=200)["id"]
+    assert MARKER in agent_client.get(f"{ASKS}/{ask_id}").content.decode()  # the marker is really stored
+    approver = django_user_model.objects.create_user(username="bob", password="pw-bob")
+    membership_grant(user=approver, project=project, role=Membership.Role.APPROVER)
+    admin = django_user_model.objects.create_superuser(username="root", password="pw-root")
+    people = {"approver": Client(), "auditor": auditor_client, "superuser": Client()}
+    people["approver"].force_login(approver)
+    people["superuser"].force_login(admin)
+    pages = [
+        "/",
+        "/inbox/",
+        f"/asks/{ask_id}/",
+        f"/projects/acme/runs/{B_RUN}/",
+        f"/projects/acme/runs/{B_RUN}/events/",
+        f"/projects/acme/runs/{B_RUN}/events/?after_seq=40",
+    ]
+
+    def every_page_is_clean() -> None:
+        for who, client in people.items():
+            for path in pages:
+                for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+                    response = client.get(path, **headers)
+                    assert response.status_code == 200, (who, path, response.status_code)
+                    assert MARKER not in response.content.decode(), (who, path, headers)
+
+    every_page_is_clean()
+    decided = people["approver"].post(
+        f"/asks/{ask_id}/decide/", {"decision": "decline", "note": "no PO"}, HTTP_HX_REQUEST="true"
+    )
+    assert decided.status_code == 200
+    assert MARKER not in decided.content.decode()
+    assert Ask.objects.get(pk=ask_id).status == Ask.Status.DECIDED
+    every_page_is_clean()
+    for path in (f"{ASKS}/{ask_id}/decision", f"/api/v1/runs/{B_RUN}/events?limit=1000"):
+        assert MARKER not in agent_client.get(path).content.decode()
+
+
+# Authentication, scope, tenancy
+
+
+def _operations(ask_id: int) -> list[tuple[str, str, Any]]:
+    return [
+        ("post", ASKS, _b_body()),
+        ("get", f"{ASKS}/{ask_id}", None),
+        ("get", f"{ASKS}/{ask_id}/decision", None),
+        ("post", f"{ASKS}/{ask_id}/decision", {"approved": True, "by": "x"}),
+    ]
+
+
+def _call(client: ApiClient, method: str, path: str, body: Any) -> Any:
+    return client.post_json(path, body) if method == "post" else client.get(path)
+
+
+def test_asks_without_key_are_401(agent_client: ApiClient, anonymous_api_client: ApiClient) -> None:
+    ask_id = _open(agent_client, _plain_body())["id"]
+    wrong_key = ApiClient("afk_nothing_like_a_real_key")
+
+    for client in (anonymous_api_client, wrong_key):
+        for method, path, body in _operations(ask_id):
+            response = _call(client, method, path, body)
+            _error(response, 401, "ERR_UNAUTHENTICATED")
+            assert response["WWW-Authenticate"].startswith("Bearer")
+    assert Ask.objects.get().status == Ask.Status.OPEN
+
+
+def test_asks_without_asks_scope_are_403(agent_client: ApiClient, ingest_only_client: ApiClient) -> None:
+    ask_id = _open(agent_client, _plain_body())["id"]
+
+    for method, path, body in _operations(ask_id):
+        body_out = _error(_call(ingest_only_client, method, path, body), 403, "ERR_SCOPE")
+        assert "'asks'" in body_out["error"]
+    assert Ask.objects.count() == 1
+    assert Ask.objects.get().status == Ask.Status.OPEN
+
+
+def test_asks_of_another_project_are_404(agent_client: ApiClient, other_agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+
+    _error(other_agent_client.get(f"{ASKS}/{ask_id}"), 404, "ERR_ASK_NOT_FOUND")
+    _error(other_agent_client.get(f"{ASKS}/{ask_id}/decision"), 404, "ERR_ASK_NOT_FOUND")
+    _error(_decide(other_agent_client, ask_id, approved=True, by="intruder"), 404, "ERR_ASK_NOT_FOUND")
+    assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
+    # the same run and tool call in the other project is that project's own ask
+    theirs = _open(other_agent_client)
+    assert theirs["id"] != ask_id
+
+
+def test_asks_unknown_id_is_404(agent_client: ApiClient) -> None:
+    _error(agent_client.get(f"{ASKS}/999999"), 404, "ERR_ASK_NOT_FOUND")
+    _error(agent_client.get(f"{ASKS}/999999/decision?wait=5"), 404, "ERR_ASK_NOT_FOUND")
+    _error(_decide(agent_client, 999999, approved=True, by="x"), 404, "ERR_ASK_NOT_FOUND")
+
+
+# Deciding
+
+
+def test_decide_answers_200_with_the_decision(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+
+    response = _decide(agent_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "decided"
+    decision = body["decision"]
+    assert (decision["approved"], decision["by"], decision["note"]) == (False, "slack:omar", "no PO on file")
+    stored = Ask.objects.get(pk=ask_id)
+    assert stored.decided_via == Ask.Via.API
+    assert stored.decided_by is None
+    assert agent_client.get(f"{ASKS}/{ask_id}").json()["ask"]["decision"] == decision
+    assert agent_client.get(f"{ASKS}/{ask_id}/decision").json() == {"status": "decided", "decision": decision}
+
+
+def test_decide_shape_is_a_framework_check_in_decision(agent_client: ApiClient) -> None:
+    # what the framework itself resumed the b run with (pause.resume's resumeInput)
+    resume = load_fixture("b-middleware/resume-declined.json")
+    (framework,) = [e["payload"]["resumeInput"] for e in resume["pauseEvents"] if e["type"].endswith("pause.resume")]
+    ask_id = _open(agent_client)["id"]
+    before_ms = time.time() * 1000
+
+    _decide(agent_client, ask_id, approved=False, by="omar@treasury", note="no PO on file")
+    decision = agent_client.get(f"{ASKS}/{ask_id}/decision").json()["decision"]
+
+    # isCheckInDecision(x): boolean approved and string by
+    assert isinstance(decision["approved"], bool)
+    assert isinstance(decision["by"], str)
+    assert isinstance(decision["at"], int)
+    assert not isinstance(decision["at"], bool)
+    assert before_ms - 60_000 <= decision["at"] <= time.time() * 1000 + 60_000  # unix ms
+    assert decision.keys() == framework.keys()
+    assert {k: type(v) for k, v in decision.items()} == {k: type(v) for k, v in framework.items()}
+
+
+def test_decide_with_a_value(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+    value = {"kind": "payee", "value": "ACC-900"}
+
+    decision = _decide(agent_client, ask_id, approved=True, by="bot", value=value).json()["decision"]
+
+    assert decision["value"] == value
+    assert "answer" not in decision
+    assert "note" not in decision
+
+
+def test_decide_plain_ask_answer(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client, _plain_body())["id"]
+
+    response = _decide(agent_client, ask_id, by="bot", value={"region": "eu-west-1"})
+
+    assert response.status_code == 200, response.content
+    decision = response.json()["decision"]
+    assert decision["approved"] is True
+    assert decision["answer"] == {"region": "eu-west-1"}
+    assert "value" not in decision
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"approved": True},
+        {"approved": True, "by": "   "},
+        {"approved": True, "by": 7},
+        {"by": "bot"},
+        {"approved": "yes", "by": "bot"},
+        {"approved": True, "by": "bot", "note": 5},
+    ],
+)
+def test_decide_invalid_body_is_422(agent_client: ApiClient, body: dict[str, Any]) -> None:
+    ask_id = _open(agent_client)["id"]
+
+    _error(agent_client.post_json(f"{ASKS}/{ask_id}/decision", body), 422, "ERR_INVALID_ASK")
+    assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
+
+
+def test_decide_second_time_is_409_naming_who_and_when(agent_client: ApiClient, project: Project) -> None:
+    ask_id = _open(agent_client)["id"]
+    first = _decide(agent_client, ask_id, approved=True, by="dana@treasury", note="SC-88").json()["decision"]
+
+    second = _decide(_sibling(project), ask_id, approved=False, by="mallory")
+
+    body = _error(second, 409, "ERR_ALREADY_DECIDED")
+    assert "dana@treasury" in body["error"]
+    assert "approved" in body["error"]
+    stored = Ask.objects.get(pk=ask_id)
+    assert stored.decided_at.isoformat() in body["error"]
+    assert body["decision"] == first
+    assert stored.decided_by_label == "dana@treasury"
+    assert RunEvent.objects.filter(type="ledger.human_decision").count() == 1
+
+
+def test_decide_records_the_decision_in_the_run_chain(agent_client: ApiClient) -> None:
+    events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
+    assert agent_client.ingest(events).status_code == 200
+    ask_id = _open(agent_client, status=200)["id"]
+
+    _decide(agent_client, ask_id, approved=True, by="dana@treasury")
+
+    verdict = agent_client.get(f"/api/v1/runs/{B_RUN}/verify").json()
+    assert verdict["valid"] is True
+    assert verdict["recordsChecked"] == 71 + 1  # the run's own events plus the server's decision
+
+
+# Waiting for the decision
+
+
+def test_decision_of_an_open_ask_without_wait_is_open(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+
+    assert agent_client.get(f"{ASKS}/{ask_id}/decision").json() == {"status": "open"}
+    assert agent_client.get(f"{ASKS}/{ask_id}/decision?wait=-3").json() == {"status": "open"}
+
+
+def test_decision_wait_on_a_decided_ask_answers_at_once(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+    decision = _decide(agent_client, ask_id, approved=True, by="dana").json()["decision"]
+
+    started = time.monotonic()
+    response = agent_client.get(f"{ASKS}/{ask_id}/decision?wait=30")
+
+    assert time.monotonic() - started < 5
+    assert response.json() == {"status": "decided", "decision": decision}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_decision_wait_on_an_open_ask_answers_open_after_the_wait(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+
+    started = time.monotonic()
+    response = agent_client.get(f"{ASKS}/{ask_id}/decision?wait=1")
+    elapsed = time.monotonic() - started
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {"status": "open"}
+    assert elapsed >= 0.9
+
+
+@pytest.mark.django_db(transaction=True)
+def test_decision_long_poll_returns_as_soon_as_decided(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+    waiter = ApiClient(_secret_of(agent_client))
+    outcome: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            started = time.monotonic()
+            response = waiter.get(f"{ASKS}/{ask_id}/decision?wait=10")
+            outcome["elapsed"] = time.monotonic() - started
+            outcome["status"] = response.status_code
+            outcome["body"] = response.json()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.5)
+    decided = _decide(agent_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
+    thread.join(20)
+
+    assert not thread.is_alive()
+    assert decided.status_code == 200
+    assert outcome["status"] == 200
+    assert outcome["body"] == {"status": "decided", "decision": decided.json()["decision"]}
+    assert outcome["elapsed"] < 9.5  # woken by the decision, not by the end of the wait
+
+
+@pytest.mark.django_db(transaction=True)
+def test_decision_long_poll_wakes_every_waiter(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+    bodies: list[Any] = []
+
+    def wait() -> None:
+        try:
+            bodies.append(ApiClient(_secret_of(agent_client)).get(f"{ASKS}/{ask_id}/decision?wait=10").json())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=wait) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    decision = _decide(agent_client, ask_id, approved=True, by="dana").json()["decision"]
+    for thread in threads:
+        thread.join(20)
+
+    assert not any(t.is_alive() for t in threads)
+    assert bodies == [{"status": "decided", "decision": decision}] * 5
+
+
+# Exactly once under contention
+
+
+@pytest.mark.django_db(transaction=True)
+def test_decide_fifty_at_once_exactly_one_wins(agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+    secret = _secret_of(agent_client)
+    contenders = 50
+    barrier = threading.Barrier(contenders)
+    results: list[tuple[int, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def decide(n: int) -> None:
+        try:
+            client = ApiClient(secret)
+            barrier.wait(timeout=30)
+            response = _decide(client, ask_id, approved=n % 2 == 0, by=f"bot-{n}")
+            with lock:
+                results.append((response.status_code, response.json()))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=decide, args=(n,)) for n in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(status for status, _ in results) == [200] + [409] * (contenders - 1)
+    (winner,) = [body["decision"] for status, body in results if status == 200]
+    for status, body in results:
+        if status == 409:
+            assert body["code"] == "ERR_ALREADY_DECIDED"
+            assert f"by {winner['by']} at" in body["error"]
+            assert body["decision"] == winner
+    stored = Ask.objects.get(pk=ask_id)
+    assert stored.decided_by_label == winner["by"]
+    assert stored.approved is winner["approved"]
+    assert RunEvent.objects.filter(type="ledger.human_decision").count() == 1
