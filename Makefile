@@ -37,8 +37,10 @@ e2e: $(STAMP)
 e2e-deps:
 	test -x $(CHROMIUM) || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
+# Each benchmark prints figures as ratios against a baseline measured in the same run.
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/artifacts.py
 
 worker: $(STAMP)
 	$(BIN)/celery -A footprint_site worker --loglevel=INFO

@@ -93,6 +93,9 @@ class Artifact(models.Model):
                 name="artifact_sweep",
                 condition=models.Q(expires_at__isnull=False, held=False),
             ),
+            models.Index(
+                fields=["deleted_at"], name="artifact_deleted_while_held", condition=models.Q(deleted_at__isnull=False)
+            ),
             models.Index(fields=["store", "ref"], name="artifact_by_ref"),
             models.Index(fields=["store", "origin_run_id"], name="artifact_by_run"),
         ]

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound
 from artifacts.models import Artifact, ArtifactStore
@@ -80,18 +81,27 @@ def artifact_head(*, store: ArtifactStore, scope: Scope, ref: str) -> Artifact:
     return artifact
 
 
+# The payload rides along with the meta in one query; the correlated subquery reads a single
+# partition (its expiry_bucket is the outer row's).
+PAYLOAD_OF_ROW = RawSQL(
+    "SELECT p.body FROM artifacts_payload p"
+    " WHERE p.expiry_bucket = artifacts_artifact.expiry_bucket AND p.artifact_id = artifacts_artifact.id",
+    [],
+)
+
+
 def artifact_get(*, store: ArtifactStore, scope: Scope, ref: str) -> tuple[Artifact, bytes]:
     """The artifact and its canonical bytes, re-hashed against the minted digest when it has one."""
-    artifact = artifact_head(store=store, scope=scope, ref=ref)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT body FROM artifacts_payload WHERE expiry_bucket = %s AND artifact_id = %s",
-            [artifact.expiry_bucket, artifact.pk],
-        )
-        row = cursor.fetchone()
-    if row is None:  # a live meta without its bytes is a store fault, not an absence
+    artifact = (
+        _live(store, scope).filter(ref=ref).only(*META_FIELDS).annotate(payload=PAYLOAD_OF_ROW).first()
+        if is_ref(ref)
+        else None
+    )
+    if artifact is None:
+        raise not_found(ref)
+    if artifact.payload is None:  # a live meta without its bytes is a store fault, not an absence
         raise ArtifactIntegrity(f"[artifacts] get('{ref}') refused: the stored payload is missing.", ref=ref)
-    body = bytes(row[0])
+    body = bytes(artifact.payload)
     if artifact.digest is not None:
         actual = "sha-256:" + hashlib.sha256(body).hexdigest()
         if actual != artifact.digest:

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from artifacts import partitions
@@ -370,41 +371,23 @@ def artifacts_sweep(*, batch_size: int = 5000, time_budget_s: float = 50.0, grac
                     dropped += 1
             finally:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [PARTITION_LOCK])
-        while time.monotonic() - clock < time_budget_s:
-            with transaction.atomic():
-                cursor.execute(
-                    """
-                    WITH d AS (
-                        SELECT a.id FROM artifacts_artifact a JOIN artifacts_artifactstore s ON s.id = a.store_id
-                        WHERE NOT a.held AND (a.expires_at <= %(now)s + s.clock_offset_ms OR a.deleted_at IS NOT NULL)
-                        ORDER BY a.expires_at LIMIT %(batch)s FOR UPDATE OF a SKIP LOCKED
-                    ), gone AS (
-                        DELETE FROM artifacts_artifact a USING d WHERE a.id = d.id
-                        RETURNING a.id, a.store_id, a.scope_ns, a.ref, a.kind, a.bytes, a.digest, a.expires_at,
-                                  a.expiry_bucket, a.deleted_at
-                    ), far AS (
-                        -- Payloads in daily partitions go when their partition is dropped; the far
-                        -- partition (no expiry day of its own) is cleared row by row here.
-                        DELETE FROM artifacts_payload_far p USING gone
-                        WHERE p.expiry_bucket = gone.expiry_bucket AND p.artifact_id = gone.id
-                        RETURNING octet_length(p.body) AS n
-                    ), tomb AS (
-                        INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason,
-                                                         expired_at, swept_at)
-                        SELECT store_id, scope_ns, ref, kind, bytes, digest,
-                               CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE 'ttl' END, expires_at, now()
-                        FROM gone
-                        RETURNING 1
-                    )
-                    SELECT (SELECT count(*) FROM tomb), (SELECT coalesce(sum(n), 0) FROM far)
-                    """,
-                    {"now": real_now, "batch": batch_size},
-                )
-                swept, far_bytes = cursor.fetchone()
-            rows += swept
-            payload_bytes += far_bytes
-            if swept < batch_size:
-                break
+        # Each claim must match a partial index, or every batch would scan the whole table.
+        horizon = real_now + (ArtifactStore.objects.aggregate(m=Max("clock_offset_ms"))["m"] or 0)
+        claims = (
+            ("a.deleted_at IS NOT NULL AND NOT a.held", "a.deleted_at"),
+            (
+                "a.expires_at IS NOT NULL AND NOT a.held AND a.expires_at <= %(horizon)s"
+                " AND a.expires_at <= %(now)s + s.clock_offset_ms",
+                "a.expires_at",
+            ),
+        )
+        for condition, order in claims:
+            while time.monotonic() - clock < time_budget_s:
+                swept, far_bytes = _sweep_batch(cursor, condition, order, real_now, horizon, batch_size)
+                rows += swept
+                payload_bytes += far_bytes
+                if swept < batch_size:
+                    break
     finished = timezone.now()
     return SweepRun.objects.create(
         started_at=started,
@@ -414,6 +397,41 @@ def artifacts_sweep(*, batch_size: int = 5000, time_budget_s: float = 50.0, grac
         partitions_dropped=dropped,
         duration_ms=int((time.monotonic() - clock) * 1000),
     )
+
+
+def _sweep_batch(cursor: Any, condition: str, order: str, now: int, horizon: int, batch: int) -> tuple[int, int]:
+    """Claim, delete and tombstone one batch in its own short transaction; returns (rows, far bytes)."""
+    with transaction.atomic():
+        cursor.execute(
+            f"""
+            WITH d AS (
+                SELECT a.id FROM artifacts_artifact a JOIN artifacts_artifactstore s ON s.id = a.store_id
+                WHERE {condition}
+                ORDER BY {order} LIMIT %(batch)s FOR UPDATE OF a SKIP LOCKED
+            ), gone AS (
+                DELETE FROM artifacts_artifact a USING d WHERE a.id = d.id
+                RETURNING a.id, a.store_id, a.scope_ns, a.ref, a.kind, a.bytes, a.digest, a.expires_at,
+                          a.expiry_bucket, a.deleted_at
+            ), far AS (
+                -- Payloads in daily partitions go when their partition is dropped; the far
+                -- partition (no expiry day of its own) is cleared row by row here.
+                DELETE FROM artifacts_payload_far p USING gone
+                WHERE p.expiry_bucket = gone.expiry_bucket AND p.artifact_id = gone.id
+                RETURNING octet_length(p.body) AS n
+            ), tomb AS (
+                INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason,
+                                                 expired_at, swept_at)
+                SELECT store_id, scope_ns, ref, kind, bytes, digest,
+                       CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE 'ttl' END, expires_at, now()
+                FROM gone
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM tomb), (SELECT coalesce(sum(n), 0) FROM far)
+            """,  # noqa: S608 - condition and order are the constants above
+            {"now": now, "horizon": horizon, "batch": batch},
+        )
+        swept, far_bytes = cursor.fetchone()
+    return int(swept), int(far_bytes)
 
 
 def _day_end_ms(day: Any) -> int:
