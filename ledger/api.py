@@ -26,6 +26,7 @@ from ledger.schemas import (
     RunOut,
     VerifyOut,
 )
+from ledger.services.audits import audit_bundle_import
 
 router = Router(tags=["ledger"])
 ERRORS = {
@@ -291,3 +292,27 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
         value=document.get("value"),
     )
     return json_response({"status": "decided", "decision": ask.decision()})
+
+
+# --- audit bundles -------------------------------------------------------------------------------
+
+
+@router.post(
+    "/audit-bundles",
+    response={200: dict[str, Any], 201: dict[str, Any], **ERRORS},
+    auth=AgentKeyAuth("ingest"),
+    openapi_extra=_body_schema({"description": "an agentfootprint.audit/1 bundle, or drained segments in order"}),
+)
+def import_audit_bundle(request: HttpRequest) -> HttpResponse:
+    """Verify with the framework's algorithm and store byte for byte: {valid, recordsChecked, brokenAt?, reason?}."""
+    bundle, created = audit_bundle_import(
+        project=project_of(request), body=_body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
+    )
+    return json_response({**bundle.verdict, "id": bundle.pk}, status=201 if created else 200)
+
+
+@router.get("/runs/{run_id}/audit-bundle", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("read"))
+def export_audit_bundle(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The run's ledger as an agentfootprint.audit/1 bundle that verifyAuditBundle accepts."""
+    run = selectors.run_get(project=project_of(request), run_id=run_id)
+    return json_response(selectors.run_audit_bundle(run=run))

@@ -438,3 +438,30 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt at {self.at}: {self.status_code or self.error}"
+
+
+class AuditBundle(models.Model):
+    """An imported `agentfootprint.audit/1` bundle, or an ordered list of drained segments, kept
+    exactly as received. The chain fields describe it as a whole: first segment's head, last
+    segment's final hash."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="audit_bundles")
+    body = models.BinaryField()
+    sha256 = models.BinaryField(max_length=32)
+    segment_count = models.IntegerField(default=1)
+    first_seq = models.BigIntegerField(null=True, blank=True)
+    record_count = models.IntegerField(default=0)
+    chain_head = models.TextField(blank=True)
+    final_hash = models.TextField(blank=True)
+    run_ids = ArrayField(models.TextField(), default=list)
+    # The stored bundle this one continues (its finalHash is this one's chainHead).
+    continues = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    verdict = models.JSONField()
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "sha256"], name="audit_bundle_once")]
+        indexes = [models.Index(fields=["project", "final_hash"], name="audit_bundle_by_final")]
+
+    def __str__(self) -> str:
+        return f"audit bundle from seq {self.first_seq} ({self.record_count} records)"

@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from footprint_site.notify import ask_decisions
+from ledger import audit
 from ledger.envelopes import replace_nul
 from ledger.exceptions import AskNotFound, RunNotFound
 from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, ToolCall
@@ -325,3 +326,30 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
         "history": history,
         "component": component,
     }
+
+
+def run_audit_bundle(*, run: Run) -> dict[str, Any]:
+    """The run's ledger as an `agentfootprint.audit/1` bundle (payloads verbatim) that the
+    framework's `verifyAuditBundle` accepts: a genesis record, then every stored event in store
+    order, server-authored decisions included."""
+    events = RunEvent.objects.filter(run=run).order_by("position").values_list("body", "received_at")
+    records: list[dict[str, Any]] = []
+    for body, received_at in events.iterator(chunk_size=2000):
+        event = orjson.loads(body)
+        meta = dict(event.get("meta") or {})
+        wall = meta.pop("wallClockMs", None)
+        record: dict[str, Any] = {
+            "timestamp": wall if isinstance(wall, int | float) else int(received_at.timestamp() * 1000),
+            "eventType": event.get("type"),
+        }
+        if "payload" in event:
+            record["payload"] = event["payload"]
+        record["meta"] = {**meta, "runId": run.run_id}
+        records.append(record)
+    genesis = {
+        "timestamp": records[0]["timestamp"] if records else int(time.time() * 1000),
+        "eventType": "audit.genesis",
+        "payload": {"runId": run.run_id, "library": audit.LIBRARY, "payloadMode": "verbatim"},
+        "meta": {"runId": run.run_id},
+    }
+    return audit.build_bundle([genesis, *records], exported_at=int(time.time() * 1000))
