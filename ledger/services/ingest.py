@@ -142,21 +142,67 @@ def _raw_json(data: bytes) -> bytes:
     return data
 
 
-def _copy_events(cur: Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
-    with cur.copy(
-        "COPY ledger_runevent (run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc,"
-        " prev_hash, hash) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(["int8", "int4", "int4", "text", "text", "int8", "text", "jsonb", "bytea", "bytea"])
-        for row in rows:
-            copy.write_row(row)
+@dataclass(frozen=True)
+class CopyTarget:
+    """A table written by binary COPY: its columns and their PostgreSQL types, in row order."""
+
+    table: str
+    columns: tuple[tuple[str, str], ...]
+
+    @property
+    def statement(self) -> str:
+        names = ", ".join(name for name, _ in self.columns)
+        return f"COPY {self.table} ({names}) FROM STDIN (FORMAT BINARY)"
 
 
-def _copy_rows(cur: Cursor[Any], table: str, columns: str, types: list[str], rows: list[tuple[Any, ...]]) -> None:
+def _columns(spec: str) -> tuple[tuple[str, str], ...]:
+    """'run_id:int8 seq:int4 …' → (("run_id", "int8"), …)."""
+    return tuple((name, kind) for name, kind in (item.split(":") for item in spec.split()))
+
+
+EVENTS = CopyTarget(
+    "ledger_runevent",
+    _columns(
+        "run_id:int8 seq:int4 position:int4 type:text tool_call_id:text wall_clock_ms:int8 body:text doc:jsonb"
+        " prev_hash:bytea hash:bytea"
+    ),
+)
+DECISIONS = CopyTarget(
+    "ledger_middlewaredecision",
+    _columns(
+        "run_id:int8 seq:int4 middleware:text moment:text at:text phase:text tool_name:text tool_call_id:text"
+        " iteration:int4 outcome:text changed:bool why:text component_id:text origins:jsonb"
+    ),
+)
+VERDICTS = CopyTarget(
+    "ledger_permissionverdict",
+    _columns(
+        "run_id:int8 seq:int4 event_type:text capability:text actor:text target:text result:text"
+        " policy_rule_id:text rationale:text reason:text"
+    ),
+)
+EFFECTS = CopyTarget(
+    "ledger_tooleffect",
+    _columns(
+        "run_id:int8 seq:int4 kind:text outcome:text tool_name:text tool_call_id:text iteration:int4"
+        " target_skill_id:text reason:text instruction_id:text delivery_lease:text refusal_reason:text"
+        " superseded_by:text"
+    ),
+)
+REFUSALS = CopyTarget(
+    "ledger_refusal",
+    _columns(
+        "run_id:int8 seq:int4 event_type:text category:text rule:text reason:text tool_name:text"
+        " tool_call_id:text iteration:int4 wall_clock_ms:int8"
+    ),
+)
+
+
+def _copy(cur: Cursor[Any], target: CopyTarget, rows: list[tuple[Any, ...]]) -> None:
     if not rows:
         return
-    with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types(types)
+    with cur.copy(target.statement) as copy:
+        copy.set_types([kind for _, kind in target.columns])
         for row in rows:
             copy.write_row(row)
 
@@ -178,68 +224,14 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
     def with_pk(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         return [(pks[row[0]], *row[1:]) for row in rows]
 
-    _copy_rows(
-        cur,
-        "ledger_middlewaredecision",
-        "run_id, seq, middleware, moment, at, phase, tool_name, tool_call_id, iteration,"
-        " outcome, changed, why, component_id, origins",
-        [
-            "int8",
-            "int4",
-            "text",
-            "text",
-            "text",
-            "text",
-            "text",
-            "text",
-            "int4",
-            "text",
-            "bool",
-            "text",
-            "text",
-            "jsonb",
-        ],
-        [
-            (*row[:-1], None if row[-1] is None else Jsonb(row[-1].encode(), dumps=_raw_json))
-            for row in with_pk(projection.decisions)
-        ],
-    )
-    _copy_rows(
-        cur,
-        "ledger_permissionverdict",
-        "run_id, seq, event_type, capability, actor, target, result, policy_rule_id, rationale, reason",
-        ["int8", "int4", "text", "text", "text", "text", "text", "text", "text", "text"],
-        with_pk(projection.verdicts),
-    )
-    _copy_rows(
-        cur,
-        "ledger_tooleffect",
-        "run_id, seq, kind, outcome, tool_name, tool_call_id, iteration, target_skill_id, reason,"
-        " instruction_id, delivery_lease, refusal_reason, superseded_by",
-        [
-            "int8",
-            "int4",
-            "text",
-            "text",
-            "text",
-            "text",
-            "int4",
-            "text",
-            "text",
-            "text",
-            "text",
-            "text",
-            "text",
-        ],
-        with_pk(projection.effects),
-    )
-    _copy_rows(
-        cur,
-        "ledger_refusal",
-        "run_id, seq, event_type, category, rule, reason, tool_name, tool_call_id, iteration, wall_clock_ms",
-        ["int8", "int4", "text", "text", "text", "text", "text", "text", "int4", "int8"],
-        with_pk(projection.refusals),
-    )
+    decisions = [
+        (*row[:-1], None if row[-1] is None else Jsonb(row[-1].encode(), dumps=_raw_json))
+        for row in with_pk(projection.decisions)
+    ]
+    _copy(cur, DECISIONS, decisions)
+    _copy(cur, VERDICTS, with_pk(projection.verdicts))
+    _copy(cur, EFFECTS, with_pk(projection.effects))
+    _copy(cur, REFUSALS, with_pk(projection.refusals))
     if projection.tool_calls:
         columns: dict[str, list[Any]] = defaultdict(list)
         for (run_id, call_id), fields in projection.tool_calls.items():
@@ -362,7 +354,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
             accepted[run_id] = len(fresh)
             state.chain_length += len(fresh)
             state.head = head
-        _copy_events(cur, event_rows)
+        _copy(cur, EVENTS, event_rows)
         projection = project_events(new_events)
         _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()})
         if projection.pauses:
