@@ -101,7 +101,7 @@ def _stored_bodies(cur: Cursor[Any], state: _RunState, events: list[Event]) -> d
     if min(e.seq for e in events) > state.max_seq:
         return {}
     cur.execute(
-        "SELECT seq, body FROM ledger_runevent WHERE run_id = %s AND seq = ANY(%s)",
+        "SELECT seq, body FROM ledger_runevent WHERE run_id = %s AND seq = ANY(%b)",
         [state.pk, [e.seq for e in events]],
     )
     return {seq: body.encode() for seq, body in cur.fetchall()}
@@ -254,8 +254,8 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
             INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, args, result, error, status,
                 duration_ms, start_seq, end_seq)
             SELECT r, c, n, a::jsonb, res::jsonb, err, st, d, ss, es
-            FROM unnest(%s::int8[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bool[],
-                        %s::text[], %s::int8[], %s::int4[], %s::int4[])
+            FROM unnest(%b::int8[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bool[],
+                        %b::text[], %b::int8[], %b::int4[], %b::int4[])
                 AS t(r, c, n, a, res, err, st, d, ss, es)
             ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
                 tool_name = COALESCE(EXCLUDED.tool_name, ledger_toolcall.tool_name),
