@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from ledger.models import AgentKey, Membership, Project, Run
+from ledger.models import AgentKey, Ask, Membership, Project, Run, WebhookDelivery, WebhookEndpoint
 
 
 @admin.register(Project)
@@ -33,3 +33,25 @@ class RunAdmin(admin.ModelAdmin[Run]):
 
     def has_change_permission(self, request: object, obj: object = None) -> bool:
         return False  # the ledger is append-only, even for staff
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin[WebhookEndpoint]):
+    list_display = ("project", "url", "active")
+    exclude = ("secret",)  # set by `manage.py set_webhook`, which prints it once
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
+    list_display = ("ask", "url", "status", "attempts", "created_at", "delivered_at")
+    list_filter = ("status",)
+
+
+@admin.register(Ask)
+class AskAdmin(admin.ModelAdmin[Ask]):
+    list_display = ("pk", "project", "kind", "tool_name", "status", "decided_by_label", "created_at")
+    list_filter = ("status", "kind", "project")
+    exclude = ("checkpoint",)  # the run's whole state: only the agent key that posted it reads it
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False  # decisions are made on the ask page, exactly once

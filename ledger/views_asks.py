@@ -61,6 +61,7 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         "component_template": COMPONENTS.get(component.get("componentId")) if component else None,
         "component_json": _pretty(component),
         "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
+        "deliveries": ask.deliveries.prefetch_related("attempt_log"),
     }
 
 
