@@ -41,6 +41,7 @@ e2e-deps:
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/artifacts.py
+	$(BIN)/python bench/asks.py
 
 worker: $(STAMP)
 	$(BIN)/celery -A footprint_site worker --loglevel=INFO

@@ -204,32 +204,31 @@ ASK_WAIT_MAX_SECONDS = 55
 
 
 def ask_get(*, project: Project, ask_id: int) -> Ask:
-    ask = Ask.objects.filter(project=project, pk=ask_id).first()
+    ask = Ask.objects.filter(project=project, pk=ask_id).defer("checkpoint").first()
     if ask is None:
         raise AskNotFound(f"No ask {ask_id} in this project.")
     return ask
 
 
-def ask_wait_for_decision(*, ask: Ask, wait_seconds: float) -> Ask:
-    """Return as soon as the ask is decided, or when the wait ends. Woken by NOTIFY, not by polling.
+DECISION_FIELDS = ("status", "approved", "decided_by_label", "decided_at", "decided_via", "note", "value", "kind")
 
-    The database connection is closed while waiting so a held request never pins one.
-    """
+
+def ask_wait_for_decision(*, ask: Ask, wait_seconds: float) -> Ask:
+    """Return as soon as the ask is decided, or when the wait ends. Woken by NOTIFY, not by polling."""
     if ask.status == Ask.Status.DECIDED or wait_seconds <= 0:
         return ask
     key = str(ask.pk)
     woken = ask_decisions.register(key)
     try:
-        ask.refresh_from_db()  # registered first: a decision committed from here on wakes us
+        ask.refresh_from_db(fields=DECISION_FIELDS)  # registered first: a decision from here on wakes us
         deadline = time.monotonic() + min(wait_seconds, ASK_WAIT_MAX_SECONDS)
         while ask.status != Ask.Status.DECIDED:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            connection.close()
             woken.wait(remaining)
             woken.clear()
-            ask.refresh_from_db()
+            ask.refresh_from_db(fields=DECISION_FIELDS)
     finally:
         ask_decisions.unregister(key, woken)
     return ask
@@ -248,14 +247,21 @@ def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
 
 def inbox_open_asks(*, user: User | AnonymousUser, before_id: int | None = None, limit: int = 25) -> list[Ask]:
     """Open asks of the user's approver projects, newest first, keyset-paged; up to limit + 1 rows."""
-    asks = Ask.objects.filter(status=Ask.Status.OPEN, project__in=approver_projects(user)).select_related("project")
+    # Project ids first: with a literal list the planner walks the inbox index and stops at the page.
+    project_ids = list(approver_projects(user).values_list("id", flat=True))
+    asks = Ask.objects.filter(status=Ask.Status.OPEN, project_id__in=project_ids).select_related("project")
     if before_id is not None:
         asks = asks.filter(pk__lt=before_id)
     return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
 
 
+INBOX_COUNT_CAP = 100
+
+
 def inbox_count(*, user: User | AnonymousUser) -> int:
-    return Ask.objects.filter(status=Ask.Status.OPEN, project__in=approver_projects(user)).count()
+    """Open asks the user may decide, counted up to INBOX_COUNT_CAP (the badge shows "99+" beyond)."""
+    open_asks = Ask.objects.filter(status=Ask.Status.OPEN, project__in=approver_projects(user))
+    return open_asks.values("id")[:INBOX_COUNT_CAP].count()
 
 
 def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, str]:

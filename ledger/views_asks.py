@@ -75,13 +75,17 @@ def ask_detail(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
 @login_required
 def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
     """Approve, decline or answer. `by` is the signed-in user; a second decision sees the first."""
-    context = _page_context(request, ask_id)
-    ask = context["ask"]
-    if not context["can_decide"] and ask.status == Ask.Status.OPEN:
+    try:
+        ask, role = selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
+    except AskNotFound:
+        raise Http404("No such ask.") from None
+    if role not in DECIDERS:
         return HttpResponse("Only approvers of this project may decide its asks.", status=403)
     form = DecisionForm(request.POST, plain=ask.kind == Ask.Kind.PLAIN)
-    status = 200
-    if ask.status == Ask.Status.OPEN and form.is_valid():
+    status = 409 if ask.status != Ask.Status.OPEN else 200
+    if status == 200 and not form.is_valid():
+        status = 422
+    elif status == 200:
         user = signed_in_user(request)
         data = form.cleaned_data
         try:
@@ -95,16 +99,11 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
                 value=data["value"] if data["decision"] == "answer" else None,
             )
         except AskAlreadyDecided:
-            status = 409  # someone else won: the panel below shows who, and when
+            status = 409  # someone else won: the panel shows who, and when
         if not wants_partial(request) and status == 200:
             return redirect("asks:ask-detail", ask_id=ask.pk)
-        context = _page_context(request, ask_id)
-    elif ask.status != Ask.Status.OPEN:
-        status = 409
-    else:
-        context = _page_context(request, ask_id, form=form)
-        status = 422
+    context = {**_page_context(request, ask_id, form=form if status == 422 else None), "lost": status == 409}
     if wants_partial(request):
         # htmx swaps only 2xx answers: the panel itself says who decided, or what to fix.
-        return render(request, "asks/ask_detail.html#decision-panel", {**context, "lost": status == 409})
-    return render(request, "asks/ask_detail.html", {**context, "lost": status == 409}, status=status)
+        return render(request, "asks/ask_detail.html#decision-panel", context)
+    return render(request, "asks/ask_detail.html", context, status=status)

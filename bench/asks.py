@@ -1,0 +1,295 @@
+"""Ask benchmark: how fast a decision reaches the waiting agent, and the inbox with many open asks.
+
+Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production settings). Two parts:
+
+1. Decision → long-poll. For BENCH_ASKS asks per path (default 200, page and API interleaved), an
+   agent opens the ask (POST /api/v1/asks), a waiter thread long-polls GET …/decision?wait=30, and
+   once it has been waiting BENCH_SETTLE_MS (50) the decision is submitted: by a signed-in approver
+   through the ask page's form (as htmx posts it), or through POST /api/v1/asks/{id}/decision.
+   Latency runs from just before the decision is sent to the waiter's last byte. Baseline: the
+   round-trip of GET …/decision?wait=0 on the same ask once decided, on a keep-alive connection.
+2. Inbox. BENCH_OPEN_ASKS (10,000) open asks are inserted with SQL, then the approver's GET /inbox/
+   (whole page, htmx partial, an older page by cursor) is timed BENCH_REQUESTS (200) times each, beside
+   a raw SELECT of the same page on one psycopg connection. Times are measured by the client over
+   keep-alive loopback; that is server time plus well under a millisecond of HTTP.
+
+Prints figures as ratios against those baselines, measured in the same run, and writes
+bench/results/asks.json. Nothing asserts on time; every answer is checked (status, decision, rows).
+Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/footprint_bench_asks; dropped
+and recreated, so its name must contain 'bench'), BENCH_PORT (8767), and the BENCH_* above.
+"""
+
+import base64
+import http.client
+import json
+import os
+import secrets
+import statistics
+import threading
+import time
+from http.cookies import SimpleCookie
+from urllib.parse import urlencode
+
+import orjson
+import psutil
+import psycopg
+
+# bench/common.py reads these when imported: this benchmark's own database and port.
+os.environ["DATABASE_URL"] = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/footprint_bench_asks"
+os.environ.setdefault("BENCH_PORT", "8767")
+import common  # bench/ is on sys.path when bench/asks.py runs
+
+ASKS = int(os.environ.get("BENCH_ASKS", "200"))
+OPEN_ASKS = int(os.environ.get("BENCH_OPEN_ASKS", "10000"))
+REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200"))
+SETTLE_S = float(os.environ.get("BENCH_SETTLE_MS", "50")) / 1000
+WARMUP, PAGE = 10, 25  # PAGE: the inbox's ASKS_PER_PAGE (ledger/views_asks.py)
+USER, PASSWORD = "bench-approver", secrets.token_urlsafe(16)
+
+FILL_INBOX = """
+INSERT INTO ledger_ask (project_id, run_id, session_id, tool_call_id, tool_name, kind, question, middleware,
+                        pause_data, on_timeout, status, created_at)
+SELECT %(project)s, 'open-run-' || g, 'session-' || g %% 500, 't' || g, 'transfer_funds', 'ask', q, 'four-eyes',
+       jsonb_build_object('toolCallId', 't' || g, 'toolName', 'transfer_funds',
+                          'ask', jsonb_build_object('question', q, 'middleware', 'four-eyes')),
+       'decline', 'open', now() - make_interval(secs => %(n)s - g)
+FROM generate_series(1, %(n)s) g, LATERAL (SELECT 'Transfer ' || g || ' EUR to DE89 3704 0044 0532 0130 00?' q) t
+"""
+# The baseline: the page's one essential query, as the ORM builds it in inbox_open_asks (the ask
+# columns but checkpoint/pause_data/check_in, its project joined, the approver's projects inlined).
+RAW_PAGE = """
+SELECT a.id, a.project_id, a.run_id, a.session_id, a.tool_call_id, a.tool_name, a.kind, a.question,
+       a.middleware, a.detail, a.component, a.posted_by_key_id, a.deadline, a.on_timeout, a.status,
+       a.created_at, a.approved, a.decided_by_label, a.decided_by_id, a.decided_at, a.decided_via,
+       a.note, a.value, p.id, p.slug, p.name, p.created_at
+FROM ledger_ask a JOIN ledger_project p ON p.id = a.project_id
+WHERE a.status = 'open' AND a.id < %(before)s AND a.project_id IN (
+    SELECT m.project_id FROM ledger_membership m WHERE m.user_id = %(user)s AND m.role IN ('approver', 'admin'))
+ORDER BY a.id DESC LIMIT %(limit)s
+"""
+
+
+class Client:
+    """One keep-alive connection with a cookie jar: a browser tab, or an agent's HTTP client."""
+
+    def __init__(self, **headers: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", common.PORT, timeout=60)
+        self.headers, self.cookies = headers, {}
+
+    def send(self, method: str, path: str, body: dict | bytes | None = None, **headers: str) -> None:
+        headers = {**self.headers, **headers}
+        if self.cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        if isinstance(body, dict):  # a form, posted as a browser posts it
+            body, headers["Content-Type"] = urlencode(body).encode(), "application/x-www-form-urlencoded"
+        elif body is not None:
+            headers["Content-Type"] = "application/json"
+        self.conn.request(method, path, body, headers)
+
+    def receive(self) -> tuple[int, bytes]:
+        response = self.conn.getresponse()
+        data = response.read()
+        for header in response.headers.get_all("Set-Cookie") or []:
+            self.cookies |= {name: morsel.value for name, morsel in SimpleCookie(header).items()}
+        return response.status, data
+
+    def call(self, method: str, path: str, body: dict | bytes | None = None, **headers: str) -> tuple:
+        """(status, body, seconds from sending to the answer's last byte)."""
+        for attempt in (1, 2):
+            started = time.perf_counter()
+            try:
+                self.send(method, path, body, **headers)
+                status, data = self.receive()
+                return status, data, time.perf_counter() - started
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.conn.close()  # the server closed an idle keep-alive connection (5 s): reconnect once
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def expect(status: int, data: bytes, wanted: int, what: str) -> bytes:
+    if status != wanted:
+        raise RuntimeError(f"{what}: HTTP {status} (wanted {wanted}): {data[:300]!r}")
+    return data
+
+
+class Waiter(threading.Thread):
+    """The paused agent: one long-poll on its own connection, timed to its answer's last byte."""
+
+    def __init__(self, key: str, ask_id: int) -> None:
+        super().__init__(daemon=True)
+        self.client, self.ask_id, self.sent = Client(Authorization=f"Bearer {key}"), ask_id, threading.Event()
+        self.status, self.data, self.done = 0, b"", 0.0  # unchanged if the request fails: expect() says so
+
+    def run(self) -> None:
+        self.client.send("GET", f"/api/v1/asks/{self.ask_id}/decision?wait=30")
+        self.sent.set()
+        self.status, self.data = self.client.receive()
+        self.done = time.perf_counter()
+        self.client.conn.close()
+
+
+def log_in() -> Client:
+    """The approver signs in through the login form (CSRF cookie + token, as a browser does)."""
+    page = Client()
+    form = expect(*page.call("GET", "/accounts/login/")[:2], 200, "login page").decode()
+    token = form.split('name="csrfmiddlewaretoken" value="', 1)[1].split('"', 1)[0]
+    credentials = {"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token}
+    expect(*page.call("POST", "/accounts/login/", credentials)[:2], 302, "sign-in")
+    return page
+
+
+def decide_once(agent: Client, page: Client, key: str, n: int, via: str) -> dict[str, float]:
+    """Open an ask, long-poll it, decide it; the timings of that one ask."""
+    question = {"question": f"Send {n} EUR to DE89 3704 0044 0532 0130 00?", "middleware": "four-eyes"}
+    pause = {"toolCallId": f"t{n}", "toolName": "transfer_funds", "ask": question}
+    body = orjson.dumps({"runId": f"bench-run-{via}-{n}", "pauseData": pause})
+    ask_id = orjson.loads(expect(*agent.call("POST", "/api/v1/asks", body)[:2], 201, "open ask"))["ask"]["id"]
+    waiter = Waiter(key, ask_id)
+    waiter.start()
+    waiter.sent.wait(10)
+    time.sleep(SETTLE_S)  # the request is sent; let the server reach its wait (register, re-read, sleep)
+    started = time.perf_counter()
+    if via == "page":  # the ask page's form, posted by htmx (HX-Request: the decision panel comes back)
+        form = {"decision": "approve", "note": "", "csrfmiddlewaretoken": page.cookies["csrftoken"]}
+        status, data, post_s = page.call("POST", f"/asks/{ask_id}/decide/", form, **{"HX-Request": "true"})
+    else:
+        body = orjson.dumps({"approved": True, "by": "bench-bot"})
+        status, data, post_s = agent.call("POST", f"/api/v1/asks/{ask_id}/decision", body)
+    expect(status, data, 200, f"decide ask {ask_id} via {via}")
+    waiter.join(35)
+    answer = orjson.loads(expect(waiter.status, waiter.data, 200, f"long-poll of ask {ask_id}"))
+    if answer.get("status") != "decided" or answer["decision"].get("approved") is not True:
+        raise RuntimeError(f"long-poll of ask {ask_id} answered {answer}")
+    decided = expect(*agent.call("GET", f"/api/v1/asks/{ask_id}/decision?wait=0")[:2], 200, "decision")
+    assert orjson.loads(decided)["status"] == "decided"
+    base_s = agent.call("GET", f"/api/v1/asks/{ask_id}/decision?wait=0")[2]  # timed on a warm connection
+    return {"latency": waiter.done - started, "post": post_s, "after_post": waiter.done - started - post_s,
+            "baseline": base_s, "healthz": agent.call("GET", "/healthz")[2]}  # fmt: skip
+
+
+def fill_inbox(db: psycopg.Connection) -> int:
+    """OPEN_ASKS open asks in the bench project; returns the newest id."""
+    project = db.execute("SELECT id FROM ledger_project WHERE slug = 'bench'").fetchone()[0]
+    db.execute(FILL_INBOX, {"project": project, "n": OPEN_ASKS})
+    db.execute("VACUUM ANALYZE ledger_ask")  # as autovacuum would leave a table this size: stats, visibility map
+    return db.execute("SELECT max(id) FROM ledger_ask WHERE status = 'open'").fetchone()[0]
+
+
+def time_inbox(page: Client, db: psycopg.Connection, newest: int) -> dict[str, list[float]]:
+    """Round-robin over the pages and their raw SELECTs, so machine noise lands on all of them alike."""
+    older = newest - OPEN_ASKS // 2  # an older page from halfway down the list, as a cursor reaches it
+    cursor = base64.urlsafe_b64encode(str(older).encode()).decode().rstrip("=")
+    cases = {
+        "page": ("/inbox/", {}, newest),
+        "partial": ("/inbox/", {"HX-Request": "true"}, newest),
+        "older": (f"/inbox/?cursor={cursor}", {}, older - 1),
+    }
+    times: dict[str, list[float]] = {name: [] for name in [*cases, "raw_first", "raw_older", "healthz"]}
+    user = db.execute("SELECT id FROM auth_user WHERE username = %s", [USER]).fetchone()[0]  # as request.user has it
+    for round_ in range(WARMUP + REQUESTS):
+        sample = {}
+        for name, (path, headers, first_id) in cases.items():
+            status, data, sample[name] = page.call("GET", path, **headers)
+            html = expect(status, data, 200, path).decode()
+            if html.count('class="ask-row"') != PAGE or f'id="ask-{first_id}"' not in html:
+                raise RuntimeError(f"GET {path} {headers} did not list {PAGE} asks from ask {first_id}")
+        for name, before in (("raw_first", newest + 1), ("raw_older", older)):
+            started = time.perf_counter()
+            rows = db.execute(RAW_PAGE, {"before": before, "user": user, "limit": PAGE + 1}).fetchall()
+            sample[name] = time.perf_counter() - started
+            assert len(rows) == PAGE + 1
+        sample["healthz"] = page.call("GET", "/healthz")[2]
+        if round_ >= WARMUP:
+            for name, seconds in sample.items():
+                times[name].append(seconds)
+    return times
+
+
+def steal() -> float:
+    """CPU seconds the hypervisor gave to other guests: on a VM, the noise these tails are made of."""
+    return getattr(psutil.cpu_times(), "steal", 0.0)
+
+
+def summary(seconds: list[float]) -> dict[str, float]:
+    cuts = statistics.quantiles([s * 1000 for s in seconds], n=100, method="inclusive")
+    return {"p50_ms": round(cuts[49], 2), "p99_ms": round(cuts[98], 2), "max_ms": round(max(seconds) * 1000, 2)}
+
+
+def main() -> None:
+    common.RESULTS.mkdir(parents=True, exist_ok=True)
+    env = common.reset_database()
+    key = common.manage(env, "create_agent_key", "--project", "bench", "--scopes", "ingest", "asks", "read")
+    key = key.split()[-1]
+    create = f"from django.contrib.auth.models import User; User.objects.create_user({USER!r}, password={PASSWORD!r})"
+    common.manage(env, "shell", "-c", create)  # a plain user: the inbox goes through its membership
+    common.manage(env, "grant_role", "--user", USER, "--project", "bench", "--role", "approver")
+
+    server = common.start_gunicorn(env)
+    try:
+        agent, page = Client(Authorization=f"Bearer {key}"), log_in()
+        workers = len(psutil.Process(server.pid).children())
+        for n in range(WARMUP):  # lazy imports, the listener's LISTEN connection, pooled DB connections
+            for via in ("page", "api"):
+                decide_once(agent, page, key, -n - 1, via)
+        print(f"Deciding {ASKS} asks through the page and {ASKS} through the API, each long-polled…", flush=True)
+        rounds: dict[str, list[dict[str, float]]] = {"page": [], "api": []}
+        stolen = steal()
+        for n in range(ASKS):
+            for via in ("page", "api"):  # interleaved: both paths see the same machine
+                rounds[via].append(decide_once(agent, page, key, n, via))
+        stolen = {"decisions": round(steal() - stolen, 2)}
+        print(f"Inserting {OPEN_ASKS:,} open asks…", flush=True)
+        with psycopg.connect(common.DATABASE_URL, autocommit=True) as db:
+            newest = fill_inbox(db)
+            common.checkpoint()
+            print(f"Timing the inbox {REQUESTS} times each (page, htmx partial, older page, raw SELECT)…", flush=True)
+            stolen["inbox"] = steal()
+            inbox = time_inbox(page, db, newest)
+            stolen["inbox"] = round(steal() - stolen["inbox"], 2)
+    finally:
+        common.stop(server)
+
+    decisions = {
+        via: {field: summary([r[field] for r in rs]) for field in rs[0]} for via, rs in rounds.items()
+    }  # fmt: skip
+    pages = {name: summary(seconds) for name, seconds in inbox.items()}
+    for d in decisions.values():
+        d["ratio_p50"] = round(d["latency"]["p50_ms"] / d["baseline"]["p50_ms"], 2)
+        d["ratio_p99"] = round(d["latency"]["p99_ms"] / d["baseline"]["p99_ms"], 2)
+    for name, raw in (("page", "raw_first"), ("partial", "raw_first"), ("older", "raw_older")):
+        pages[name]["ratio_p50"] = round(pages[name]["p50_ms"] / pages[raw]["p50_ms"], 1)
+    result = {
+        "asks_per_path": ASKS, "settle_ms": SETTLE_S * 1000, "decisions": decisions,
+        "open_asks": OPEN_ASKS, "inbox_requests": REQUESTS, "inbox": pages,
+        "web_workers": workers, "web_threads": int(env.get("WEB_THREADS", "4")), "cpu_steal_s": stolen,
+        "machine": common.machine(), "database_url": common.DATABASE_URL,
+    }  # fmt: skip
+    (common.RESULTS / "asks.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    def row(label: str, s: dict[str, float], note: str = "") -> str:
+        return f"\n  {label:<26} p50 {s['p50_ms']:>7.2f} ms  p99 {s['p99_ms']:>7.2f}  max {s['max_ms']:>7.2f}{note}"
+
+    out = f"\nDecision → waiting long-poll ({ASKS} asks per path; waiter settled {SETTLE_S * 1000:.0f} ms first)"
+    for via, d in decisions.items():
+        out += row(f"{via}: decision → poll", d["latency"], f"  ({d['ratio_p50']}x / {d['ratio_p99']}x baseline)")
+        out += row(f"{via}: decide POST itself", d["post"])
+        out += row(f"{via}: poll after POST done", d["after_post"], "  (< 0: the poll answered first)")
+    out += row("baseline GET ?wait=0", decisions["page"]["baseline"], "  (decided ask, keep-alive)")
+    out += row("GET /healthz", decisions["page"]["healthz"])
+    out += "\n  aim: decision → poll p99 < 200 ms"
+    out += f"\n\nInbox, {OPEN_ASKS:,} open asks ({REQUESTS} each; client time on keep-alive loopback ≈ server time)"
+    out += row("GET /inbox/", pages["page"], f"  ({pages['page']['ratio_p50']}x raw SELECT, p50)")
+    out += row("  htmx partial", pages["partial"], f"  ({pages['partial']['ratio_p50']}x raw SELECT)")
+    out += row("  older page (?cursor=)", pages["older"], f"  ({pages['older']['ratio_p50']}x its raw SELECT)")
+    out += row("raw SELECT, first page", pages["raw_first"], "  (26 rows, one psycopg connection)")
+    out += row("raw SELECT, older page", pages["raw_older"])
+    out += row("GET /healthz", pages["healthz"])
+    out += "\n  aim: inbox page < 100 ms"
+    out += f"\n\n  CPU steal  {stolen['decisions']} s deciding, {stolen['inbox']} s on the inbox (other VMs' noise)"
+    print(out + f"\n\n  machine    {result['machine']}\n  written to {common.RESULTS / 'asks.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""Reads behind the refusal tracer: every refusal of the user's projects, grouped, and each one
+walked back through the tool dispatch that produced it.
+
+Every selector scopes rows through `projects_for_user`: a refusal of another project is never
+counted, listed or found.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Count, Q, QuerySet
+
+from ledger.exceptions import LedgerError
+from ledger.models import Ask, MiddlewareDecision, Refusal, Run, RunEvent, ToolCall
+from ledger.selectors import projects_for_user
+
+REPEAT_OFFENCES_SHOWN = 20
+NEXT_EVENTS_SHOWN = 5
+DISPATCH_EVENTS_MAX = 200
+SUMMARY_CHARS = 140
+# Payload keys that say what an event was about, most telling first (for one-line summaries).
+SUMMARY_KEYS = (
+    "why",
+    "refusalReason",
+    "reason",
+    "result",
+    "content",
+    "finalContent",
+    "rationale",
+    "note",
+    "userPrompt",
+    "contentSummary",
+    "detail",
+    "toolName",
+    "outcome",
+)
+
+
+class RefusalNotFound(LedgerError):
+    """No such refusal, or it belongs to a project the user is not a member of."""
+
+
+@dataclass(frozen=True)
+class RefusalFilter:
+    """The list filters; `since`/`until` bound the refusing event's wall clock (events sent without
+    `meta.wallClockMs` fall outside any time range)."""
+
+    category: str | None = None
+    rule: str | None = None
+    tool: str | None = None
+    agent: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _refusals_for(user: User | AnonymousUser, filters: RefusalFilter) -> QuerySet[Refusal]:
+    refusals = Refusal.objects.filter(run__project__in=projects_for_user(user))
+    if filters.category:
+        refusals = refusals.filter(category=filters.category)
+    if filters.rule:
+        refusals = refusals.filter(rule=filters.rule)
+    if filters.tool:
+        refusals = refusals.filter(tool_name=filters.tool)
+    if filters.agent:
+        refusals = refusals.filter(run__agent_id=filters.agent)
+    if filters.since:
+        refusals = refusals.filter(wall_clock_ms__gte=_ms(filters.since))
+    if filters.until:
+        refusals = refusals.filter(wall_clock_ms__lt=_ms(filters.until))
+    return refusals
+
+
+def refusal_list(
+    *,
+    user: User | AnonymousUser,
+    filters: RefusalFilter = RefusalFilter(),
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[Refusal]:
+    """Refusals of the user's projects, newest first, keyset-paged by id (`before_id`).
+
+    Returns up to `limit + 1` rows so the caller can tell whether another page exists.
+    """
+    refusals = _refusals_for(user, filters).select_related("run__project")
+    if before_id is not None:
+        refusals = refusals.filter(id__lt=before_id)
+    return list(refusals.order_by("-id")[: limit + 1])
+
+
+@dataclass
+class RefusalGroups:
+    """Counts of the filtered refusals, each list sorted by count (highest first)."""
+
+    total: int = 0
+    by_category: list[dict[str, Any]] = field(default_factory=list)
+    by_rule: list[dict[str, Any]] = field(default_factory=list)
+    by_tool: list[dict[str, Any]] = field(default_factory=list)
+    by_agent: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _counts(refusals: QuerySet[Refusal], column: str, limit: int | None) -> list[dict[str, Any]]:
+    rows = refusals.values(column).annotate(n=Count("id")).order_by("-n", column)
+    return [{"value": row[column], "n": row["n"]} for row in (rows[:limit] if limit else rows)]
+
+
+def refusal_groups(
+    *, user: User | AnonymousUser, filters: RefusalFilter = RefusalFilter(), limit: int = 25
+) -> RefusalGroups:
+    """Refusal counts by category, rule, tool and the run's agent (one GROUP BY each); rule, tool
+    and agent lists keep their `limit` largest groups. Categories are few and all shown, so their
+    counts add up to `total`."""
+    refusals = _refusals_for(user, filters)
+    by_category = _counts(refusals, "category", None)
+    return RefusalGroups(
+        total=sum(row["n"] for row in by_category),
+        by_category=by_category,
+        by_rule=_counts(refusals, "rule", limit),
+        by_tool=_counts(refusals, "tool_name", limit),
+        by_agent=_counts(refusals, "run__agent_id", limit),
+    )
+
+
+def refusal_repeat_offences(
+    *, user: User | AnonymousUser, filters: RefusalFilter = RefusalFilter(), limit: int = REPEAT_OFFENCES_SHOWN
+) -> list[dict[str, Any]]:
+    """The same (run, tool, rule) refused more than once within one run, most repeated first."""
+    rows = (
+        _refusals_for(user, filters)
+        .values("run_id", "run__run_id", "run__project__slug", "tool_name", "rule")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .order_by("-n", "-run_id", "tool_name", "rule")
+    )
+    return [
+        {
+            "run_id": row["run__run_id"],
+            "project_slug": row["run__project__slug"],
+            "tool_name": row["tool_name"],
+            "rule": row["rule"],
+            "n": row["n"],
+        }
+        for row in rows[:limit]
+    ]
+
+
+# --- the chain walk ----------------------------------------------------------------------------
+
+
+def json_text(value: Any) -> str:
+    """A projected JSON value as JSON text, ready for the `pretty_json` filter."""
+    return orjson.dumps(value).decode()
+
+
+def _payload(event: RunEvent | None) -> dict[str, Any]:
+    if event is None:
+        return {}
+    doc = event.doc if isinstance(event.doc, dict) else orjson.loads(event.body)
+    payload = doc.get("payload") if isinstance(doc, dict) else None
+    return payload if isinstance(payload, dict) else {}
+
+
+def event_summary(event: RunEvent) -> str:
+    """One line saying what an event was about: its most telling payload value, shortened."""
+    payload = _payload(event)
+    for key in SUMMARY_KEYS:
+        value = payload.get(key)
+        if value is None or value == "":
+            continue
+        text = value if isinstance(value, str) else json_text(value)
+        text = " ".join(text.split())
+        if len(text) > SUMMARY_CHARS:
+            text = text[: SUMMARY_CHARS - 1] + "…"
+        return f"{key}: {text}"
+    return ""
+
+
+@dataclass
+class DispatchStep:
+    event: RunEvent
+    run_id: str
+    is_refusal: bool
+
+
+@dataclass
+class RefusalChain:
+    """Everything known about one refusal, from the tool call that met it to what came next."""
+
+    refusal: Refusal
+    run: Run
+    event: RunEvent | None
+    payload: dict[str, Any]
+    tool_call: ToolCall | None
+    # True when the refusing event named no tool call and the call was taken to be the one of the
+    # same tool that was running at that seq (artifact and credential refusals carry no id).
+    tool_call_inferred: bool
+    # The run the call started in, when the refusal comes from a resumed run (a new runId).
+    origin_run: Run | None
+    dispatch: list[DispatchStep]
+    decisions: list[MiddlewareDecision]
+    ask: Ask | None
+    model_read: str | None
+    model_read_source: str | None
+    artifact_detail: str | None
+    next_events: list[tuple[RunEvent, str]]
+
+    @property
+    def args_json(self) -> str | None:
+        call = self.tool_call
+        return json_text(call.args) if call is not None and call.args is not None else None
+
+    @property
+    def result_json(self) -> str | None:
+        call = self.tool_call
+        return json_text(call.result) if call is not None and call.result is not None else None
+
+
+def _refusal_get_for_user(user: User | AnonymousUser, refusal_id: int) -> Refusal:
+    refusal = (
+        Refusal.objects.select_related("run__project")
+        .filter(pk=refusal_id, run__project__in=projects_for_user(user))
+        .first()
+    )
+    if refusal is None:
+        raise RefusalNotFound("No such refusal.")
+    return refusal
+
+
+def _tool_call_of(refusal: Refusal, run: Run) -> tuple[ToolCall | None, bool]:
+    if refusal.tool_call_id:
+        return ToolCall.objects.filter(run=run, tool_call_id=refusal.tool_call_id).first(), False
+    if not refusal.tool_name:
+        return None, False
+    running = (
+        ToolCall.objects.filter(run=run, tool_name=refusal.tool_name, start_seq__lte=refusal.seq)
+        .filter(Q(end_seq__isnull=True) | Q(end_seq__gte=refusal.seq))
+        .order_by("-start_seq")
+        .first()
+    )
+    return running, running is not None
+
+
+def _origin_of(call: ToolCall, run: Run) -> ToolCall | None:
+    """The unfinished start of this call in an earlier run of the project: a resumed run reports
+    under a new runId, so its tool call has an end but no start of its own."""
+    return (
+        ToolCall.objects.filter(
+            run__project_id=run.project_id,
+            run__id__lt=run.pk,
+            tool_call_id=call.tool_call_id,
+            start_seq__isnull=False,
+            end_seq__isnull=True,
+        )
+        .select_related("run")
+        .order_by("-run__id")
+        .first()
+    )
+
+
+def _model_read(refusal: Refusal, payload: dict[str, Any], call: ToolCall | None) -> tuple[str | None, str | None]:
+    if refusal.category == Refusal.Category.MIDDLEWARE and isinstance(payload.get("why"), str):
+        return payload["why"], "the middleware's why (the model reads it as the tool result)"
+    if refusal.category == Refusal.Category.EFFECT and isinstance(payload.get("refusalReason"), str):
+        return payload["refusalReason"], "the effect's refusalReason"
+    if call is not None and call.result is not None:
+        text = call.result if isinstance(call.result, str) else json_text(call.result)
+        return text, "the result of the tool call (stream.tool_end)"
+    return None, None
+
+
+def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChain:
+    """The refusal and its cause: the refusing event, the tool call and its dispatch in order, the
+    middleware decisions, the person who decided, what the model read, and the next events.
+
+    Raises RefusalNotFound unless the refusal belongs to one of the user's projects.
+    """
+    refusal = _refusal_get_for_user(user, refusal_id)
+    run = refusal.run
+    event = RunEvent.objects.filter(run=run, seq=refusal.seq).first()
+    payload = _payload(event)
+    call, inferred = _tool_call_of(refusal, run)
+    origin = _origin_of(call, run) if call is not None and call.start_seq is None else None
+    origin_run = origin.run if origin is not None else None
+    if origin is not None and call is not None:
+        # The resumed run only ended the call: the name and arguments are in the run that began it.
+        call.tool_name = call.tool_name or origin.tool_name
+        if call.args is None:
+            call.args = origin.args
+
+    dispatch: list[DispatchStep] = []
+    decisions: list[MiddlewareDecision] = []
+    ask: Ask | None = None
+    if call is not None:
+        runs = [run] + ([origin_run] if origin_run is not None else [])
+        run_ids = {r.pk: r.run_id for r in runs}
+        of_call = Q(run__in=runs, tool_call_id=call.tool_call_id)
+        if event is not None:
+            of_call |= Q(pk=event.pk)  # an inferred call: the refusing event names no call id
+        # The run that began the call has the lower id, so its part of the dispatch comes first.
+        steps = (
+            RunEvent.objects.filter(of_call)
+            .order_by("run_id", "position")
+            .only("run_id", "seq", "position", "type", "tool_call_id", "wall_clock_ms", "body")
+        )
+        dispatch = [
+            DispatchStep(step, run_ids[step.run_id], step.run_id == run.pk and step.seq == refusal.seq)
+            for step in steps[:DISPATCH_EVENTS_MAX]
+        ]
+        decisions = list(
+            MiddlewareDecision.objects.filter(run__in=runs, tool_call_id=call.tool_call_id).order_by("run_id", "seq")
+        )
+        ask = (
+            Ask.objects.filter(project_id=run.project_id, run_id__in=run_ids.values(), tool_call_id=call.tool_call_id)
+            .defer("checkpoint", "pause_data")
+            .order_by("-id")
+            .first()
+        )
+    elif event is not None:
+        dispatch = [DispatchStep(event, run.run_id, True)]
+
+    model_read, model_read_source = _model_read(refusal, payload, call)
+    detail = payload.get("detail")
+    next_events = RunEvent.objects.filter(run=run, seq__gt=refusal.seq).order_by("seq")[:NEXT_EVENTS_SHOWN]
+    return RefusalChain(
+        refusal=refusal,
+        run=run,
+        event=event,
+        payload=payload,
+        tool_call=call,
+        tool_call_inferred=inferred,
+        origin_run=origin_run,
+        dispatch=dispatch,
+        decisions=decisions,
+        ask=ask,
+        model_read=model_read,
+        model_read_source=model_read_source,
+        artifact_detail=detail if refusal.category == Refusal.Category.ARTIFACT and isinstance(detail, str) else None,
+        next_events=[(e, event_summary(e)) for e in next_events],
+    )
