@@ -14,4 +14,5 @@ urlpatterns = [
     path("", include("ledger.urls")),
     path("", include("artifacts.urls")),
     path("", include("ledger.urls_asks")),
+    path("", include("ledger.urls_refusals")),
 ]

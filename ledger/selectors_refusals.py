@@ -36,6 +36,8 @@ SUMMARY_KEYS = (
     "detail",
     "toolName",
     "outcome",
+    "toolCallCount",
+    "slot",
 )
 
 
@@ -203,7 +205,8 @@ class RefusalChain:
     # The run the call started in, when the refusal comes from a resumed run (a new runId).
     origin_run: Run | None
     dispatch: list[DispatchStep]
-    decisions: list[MiddlewareDecision]
+    # (runId, decision): a resumed call has decisions in two runs.
+    decisions: list[tuple[str, MiddlewareDecision]]
     ask: Ask | None
     model_read: str | None
     model_read_source: str | None
@@ -257,7 +260,7 @@ def _origin_of(call: ToolCall, run: Run) -> ToolCall | None:
             start_seq__isnull=False,
             end_seq__isnull=True,
         )
-        .select_related("run")
+        .select_related("run__project")
         .order_by("-run__id")
         .first()
     )
@@ -294,7 +297,7 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
             call.args = origin.args
 
     dispatch: list[DispatchStep] = []
-    decisions: list[MiddlewareDecision] = []
+    decisions: list[tuple[str, MiddlewareDecision]] = []
     ask: Ask | None = None
     if call is not None:
         runs = [run] + ([origin_run] if origin_run is not None else [])
@@ -312,9 +315,12 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
             DispatchStep(step, run_ids[step.run_id], step.run_id == run.pk and step.seq == refusal.seq)
             for step in steps[:DISPATCH_EVENTS_MAX]
         ]
-        decisions = list(
-            MiddlewareDecision.objects.filter(run__in=runs, tool_call_id=call.tool_call_id).order_by("run_id", "seq")
-        )
+        decisions = [
+            (run_ids[decision.run_id], decision)
+            for decision in MiddlewareDecision.objects.filter(run__in=runs, tool_call_id=call.tool_call_id).order_by(
+                "run_id", "seq"
+            )
+        ]
         ask = (
             Ask.objects.filter(project_id=run.project_id, run_id__in=run_ids.values(), tool_call_id=call.tool_call_id)
             .defer("checkpoint", "pause_data")

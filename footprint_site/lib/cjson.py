@@ -30,7 +30,7 @@ def js_number(value: int | float) -> str:
     digits = "".join(map(str, digits_tuple)).rstrip("0")
     exponent = int(exponent) + (len(digits_tuple) - len(digits))
     k = len(digits)
-    n = exponent + k  # the value is 0.digits × 10^n
+    n = exponent + k  # the value is 0.digits * 10**n
     if k <= n <= 21:
         text = digits + "0" * (n - k)
     elif 0 < n <= 21:

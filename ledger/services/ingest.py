@@ -308,8 +308,9 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
     """Store the events not stored yet, chain them, project them, and return a receipt per run.
 
     Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended
-    to each run's chain in seq order within the batch), the projections of the new events and the
-    runs' summaries. Raises SeqConflict, storing nothing, when a seq is re-sent with new content.
+    to each run's chain in seq order within the batch), the projections of the new events, the
+    runs' summaries, and the asks that pause events open (ledger.services.asks). Raises
+    SeqConflict, storing nothing, when a seq is re-sent with new content.
     """
     by_run: dict[str, list[Event]] = defaultdict(list)
     positions: dict[int, int] = {}
