@@ -359,3 +359,17 @@ def run_audit_bundle(*, run: Run) -> dict[str, Any]:
         "meta": {"runId": run.run_id},
     }
     return audit.build_bundle([genesis, *records], exported_at=int(time.time() * 1000))
+
+
+RUN_TAB_LIMIT = 200
+
+
+def run_overview(*, run: Run) -> dict[str, Any]:
+    """The run page's tabs: tool calls, verdicts, refusals and asks (each capped, in run order)."""
+    return {
+        "tool_calls": list(ToolCall.objects.filter(run=run).order_by("start_seq", "end_seq", "id")[:RUN_TAB_LIMIT]),
+        "decisions": list(run.decisions.order_by("seq")[:RUN_TAB_LIMIT]),
+        "verdicts": list(run.verdicts.order_by("seq")[:RUN_TAB_LIMIT]),
+        "refusals": list(run.refusals.order_by("seq")[:RUN_TAB_LIMIT]),
+        "asks": list(Ask.objects.filter(project=run.project, run_id=run.run_id).defer("checkpoint", "pause_data")),
+    }

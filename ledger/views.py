@@ -63,7 +63,24 @@ def _events_context(run: Run, after_seq: int) -> dict[str, object]:
 @login_required
 def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     run = _run_or_404(request, project_slug, run_id)
-    return render(request, "ledger/run_detail.html", _events_context(run, after_seq=-1))
+    return render(
+        request, "ledger/run_detail.html", {**_events_context(run, after_seq=-1), **selectors.run_overview(run=run)}
+    )
+
+
+@require_GET
+@login_required
+def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
+    """Re-walk the run's hash chain now and show the verdict (the panel, or the whole page)."""
+    run = _run_or_404(request, project_slug, run_id)
+    context = {"run": run, "verdict": selectors.run_chain_verify(run=run)}
+    if wants_partial(request):
+        return render(request, "ledger/run_detail.html#integrity", context)
+    return render(
+        request,
+        "ledger/run_detail.html",
+        {**context, **_events_context(run, after_seq=-1), **selectors.run_overview(run=run)},
+    )
 
 
 @require_GET

@@ -14,6 +14,12 @@ def pretty_json(body: str) -> str:
 
 
 @register.filter
+def pretty(value: Any) -> str:
+    """Indented JSON text of a projected JSON value (args, results, before/after). Shown escaped."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+@register.filter
 def from_ms(value: Any) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, tz=UTC) if isinstance(value, int | float) else None
 
