@@ -35,7 +35,7 @@ def reset_database() -> dict[str, str]:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     # Production settings, as `make run` serves them over plain HTTP.
     env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOST="127.0.0.1", PORT=str(PORT))
-    env |= {"DJANGO_DEBUG": "0", "DJANGO_SECURE_COOKIES": "0"}
+    env |= {"DJANGO_DEBUG": "0", "DJANGO_HTTPS": "0"}
     env.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     print(f"Migrating database '{name}'…", flush=True)
     manage(env, "migrate", "--no-input")

@@ -26,8 +26,8 @@ def _environment() -> dict[str, str]:
             secret_file.write_text(secrets.token_urlsafe(50))
             secret_file.chmod(0o600)
         env["DJANGO_SECRET_KEY"] = secret_file.read_text().strip()
-    # Served over plain HTTP on this machine: cookies marked Secure would never come back.
-    env.setdefault("DJANGO_SECURE_COOKIES", "0")
+    # Served over plain HTTP on this machine: Secure cookies would never come back, https redirects fail.
+    env.setdefault("DJANGO_HTTPS", "0")
     env.setdefault("PORT", "8000")
     return env
 

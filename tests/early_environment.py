@@ -8,3 +8,5 @@ store's clock and corrupt bytes. Settings mount them only when FOOTPRINT_TEST_HO
 import os
 
 os.environ.setdefault("FOOTPRINT_TEST_HOOKS", "1")
+# The test client and live_server speak plain HTTP.
+os.environ.setdefault("DJANGO_HTTPS", "0")
