@@ -13,8 +13,10 @@ from artifacts.payloads import payload_out
 from artifacts.scopes import Scope, scope_from_header
 from artifacts.wants import wants_resolve
 from footprint_site.auth import AgentKeyAuth, project_of
+from footprint_site.http import body_within
 from footprint_site.responses import json_response
 from ledger.envelopes import parse_json
+from ledger.exceptions import BodyTooLarge
 from ledger.schemas import ErrorOut
 
 router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))
@@ -51,14 +53,14 @@ def _scope(request: HttpRequest) -> Scope:
 
 def _json_body(request: HttpRequest) -> Any:
     limit = settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES
-    declared = request.META.get("CONTENT_LENGTH")
-    if (declared and declared.isdigit() and int(declared) > limit) or len(request.body) > limit:
+    try:
+        return parse_json(body_within(request, limit))
+    except BodyTooLarge:
         raise ArtifactBodyTooLarge(
             f"[artifacts] put refused: a request body may be at most {limit} bytes. Store the payload in "
             "smaller artifacts, or raise FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES.",
             limit=limit,
-        )
-    return parse_json(request.body)
+        ) from None
 
 
 @router.post("", response={201: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)

@@ -4,11 +4,13 @@ from django.urls import include, path
 
 from footprint_site.api import api
 from footprint_site.health import healthz
+from ledger import views_otlp
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("v1/traces", views_otlp.export_traces, name="otlp-traces"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("ledger.urls")),

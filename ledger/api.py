@@ -10,10 +10,11 @@ from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Schema
 
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
+from footprint_site.http import body_within
 from footprint_site.responses import json_response
 from ledger import selectors, services
 from ledger.envelopes import parse_event_batch, parse_json
-from ledger.exceptions import AskInvalid, BodyTooLarge
+from ledger.exceptions import AskInvalid
 from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,
@@ -40,16 +41,6 @@ ERRORS = {
 }
 
 
-def _body_within(request: HttpRequest, limit: int) -> bytes:
-    declared = request.META.get("CONTENT_LENGTH")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {declared}.", limit=limit)
-    body = request.body
-    if len(body) > limit:
-        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {len(body)}.", limit=limit)
-    return body
-
-
 def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
@@ -63,7 +54,7 @@ def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def ingest_events(request: HttpRequest) -> HttpResponse:
     """Store a batch of typed events; answers after COMMIT with a receipt per run."""
     events = parse_event_batch(
-        _body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES),
+        body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES),
         max_events=settings.FOOTPRINT_MAX_EVENTS_PER_REQUEST,
     )
     receipts = services.events_ingest(project=project_of(request), events=events)
@@ -79,7 +70,7 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
 def ingest_recording(request: HttpRequest) -> HttpResponse:
     """Store an agentfootprint.recording.v1 envelope; 201 the first time, 200 when already stored."""
     receipt, created = services.recording_ingest(
-        project=project_of(request), body=_body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
+        project=project_of(request), body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
     )
     return json_response({"run": receipt.as_json(), "stored": created}, status=201 if created else 200)
 
@@ -231,7 +222,7 @@ def _parse_deadline(value: Any) -> datetime | None:
 )
 def open_ask(request: HttpRequest) -> HttpResponse:
     """Open the ask of a paused run (idempotent per run and tool call: a re-post answers with the same ask)."""
-    document = parse_json(_body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES))
+    document = parse_json(body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES))
     if not isinstance(document, dict) or not isinstance(document.get("runId"), str) or not document["runId"]:
         raise AskInvalid("The body is the paused outcome plus runId: {runId, pauseData, checkpoint?, deadline?, …}.")
     unknown = document.keys() - ASK_KEYS
@@ -273,7 +264,7 @@ def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> Htt
 @router.post("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
 def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     """Decide from an integration (a chat bot, a ticket system): `by` names it. 409 once decided."""
-    document = parse_json(_body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES))
+    document = parse_json(body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES))
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
     if not isinstance(document, dict) or not isinstance(document.get("by"), str) or not document["by"].strip():
         raise AskInvalid("The body is {approved, by, note?, value?}; `by` names who decided.")
@@ -306,7 +297,7 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
 def import_audit_bundle(request: HttpRequest) -> HttpResponse:
     """Verify with the framework's algorithm and store byte for byte: {valid, recordsChecked, brokenAt?, reason?}."""
     bundle, created = audit_bundle_import(
-        project=project_of(request), body=_body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
+        project=project_of(request), body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
     )
     return json_response({**bundle.verdict, "id": bundle.pk}, status=201 if created else 200)
 

@@ -465,3 +465,43 @@ class AuditBundle(models.Model):
 
     def __str__(self) -> str:
         return f"audit bundle from seq {self.first_seq} ({self.record_count} records)"
+
+
+class OtlpSpan(models.Model):
+    """One OpenTelemetry span received on /v1/traces, kept verbatim beside its mapping to events.
+
+    Ids are lowercase hex as in OTLP/JSON; `raw` is the span as OTLP/JSON. The span's synthetic
+    events carry seqs `first_seq … first_seq + event_count - 1` of run "otlp-<trace_id>": numbers
+    handed out once, when the span is first stored, so a re-sent span maps to nothing new.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="otlp_spans")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    # "" for a root span. The parent may arrive later, in another request, or never.
+    parent_span_id = models.CharField(max_length=16, blank=True, default="")
+    name = models.TextField()
+    kind = models.SmallIntegerField(default=0)
+    start_unix_nano = models.BigIntegerField()
+    end_unix_nano = models.BigIntegerField()
+    status_code = models.SmallIntegerField(default=0)
+    status_message = models.TextField(blank=True, default="")
+    attributes = models.JSONField(default=dict)
+    events = models.JSONField(default=list)
+    resource_attributes = models.JSONField(default=dict)
+    scope = models.JSONField(default=dict)
+    raw = models.JSONField()
+    # Order in which the trace's spans were first stored (0, 1, 2 …).
+    span_number = models.IntegerField()
+    first_seq = models.IntegerField()
+    event_count = models.IntegerField()
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "trace_id", "span_id"], name="otlpspan_unique_span"),
+            models.UniqueConstraint(fields=["project", "trace_id", "span_number"], name="otlpspan_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.trace_id}/{self.span_id})"

@@ -1,0 +1,500 @@
+"""OTLP/HTTP trace requests in, agentfootprint-shaped events out. Pure: no database.
+
+`read_body` undoes the transfer encoding within a size limit, `decode_spans` turns an
+ExportTraceServiceRequest (protobuf or OTLP/JSON) into `Span`s, and `span_events` maps one span
+onto the typed events the rest of the ledger already understands (events-ledger spec §6 read
+backwards). Seqs are not assigned here: that needs to know which spans are already stored.
+"""
+
+import base64
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from ledger.exceptions import BodyTooLarge, MalformedBody
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+CONTENT_TYPES = frozenset({PROTOBUF, "application/protobuf", JSON})
+RUN_PREFIX = "otlp-"
+AF_PREFIX = "agentfootprint."
+MAX_TYPE_LENGTH = 200
+MAX_PROBLEMS_REPORTED = 5
+STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
+MAX_NANOS = 2**63 - 1  # the columns are bigint; fixed64 could hold more
+CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
+ITERATION_NAME = re.compile(r"iteration:(\d+)$")
+# A stand-in for an OTLP/JSON id that is not hex: one byte long, so the span is rejected below
+# with the others that carry a bad id instead of failing the whole request.
+NOT_HEX = base64.b64encode(b"\x00").decode()
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One span as received. `problem` is set when the span is invalid and must be rejected."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    kind: int
+    start_unix_nano: int
+    end_unix_nano: int
+    status_code: int
+    status_message: str
+    attributes: dict[str, Any]
+    # {name, timeUnixNano (a string, as in OTLP/JSON), attributes}
+    events: list[dict[str, Any]]
+    resource_attributes: dict[str, Any]
+    scope: dict[str, Any]
+    raw: dict[str, Any]
+    problem: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return RUN_PREFIX + self.trace_id
+
+
+# --- transport -----------------------------------------------------------------------------------
+
+
+def read_body(body: bytes, *, gzipped: bool, limit: int) -> bytes:
+    """The request body, gunzipped when `gzipped`; never more than `limit` bytes are inflated, so a
+    small gzip bomb costs no more memory than an honest body of the limit's size."""
+    if len(body) > limit:
+        raise BodyTooLarge(f"A request body may be at most {limit} bytes; this one is {len(body)}.", limit=limit)
+    if not gzipped:
+        return body
+    chunks: list[bytes] = []
+    size = 0
+    rest = body
+    while True:  # a gzip stream may hold several members one after another
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        try:
+            chunk = inflater.decompress(rest, limit + 1 - size)
+        except zlib.error as exc:
+            raise MalformedBody(f"The body is not valid gzip: {exc}.") from None
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(
+                f"A request body may be at most {limit} bytes after gunzip; this one inflates past that.",
+                limit=limit,
+            )
+        if not inflater.eof:
+            raise MalformedBody("The gzip body is truncated.")
+        chunks.append(chunk)
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(chunks)
+
+
+def _hex_ids_to_base64(holder: Any, keys: tuple[str, ...]) -> None:
+    if not isinstance(holder, dict):
+        return
+    for key in keys:
+        value = holder.get(key)
+        if isinstance(value, str) and value:
+            try:
+                holder[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            except ValueError:
+                holder[key] = NOT_HEX
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def parse_request(body: bytes, *, as_json: bool) -> Any:
+    """An ExportTraceServiceRequest from protobuf bytes or OTLP/JSON; MalformedBody if neither."""
+    message = ExportTraceServiceRequest()
+    if not as_json:
+        try:
+            message.ParseFromString(body)
+        except DecodeError as exc:
+            raise MalformedBody(f"The body is not a protobuf ExportTraceServiceRequest: {exc}.") from None
+        return message
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+    if not isinstance(document, dict):
+        raise MalformedBody("The body must be an OTLP/JSON ExportTraceServiceRequest object {resourceSpans: [...]}.")
+    # OTLP/JSON writes trace and span ids as hex where the protobuf JSON mapping expects base64.
+    for resource_spans in _items(document.get("resourceSpans", document.get("resource_spans"))):
+        if not isinstance(resource_spans, dict):
+            continue
+        for scope_spans in _items(resource_spans.get("scopeSpans", resource_spans.get("scope_spans"))):
+            if not isinstance(scope_spans, dict):
+                continue
+            for span in _items(scope_spans.get("spans")):
+                _hex_ids_to_base64(span, ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"))
+                for link in _items(span.get("links")) if isinstance(span, dict) else []:
+                    _hex_ids_to_base64(link, ("traceId", "trace_id", "spanId", "span_id"))
+    try:
+        # OTLP/JSON receivers must ignore fields they do not know (the protocol grows).
+        json_format.ParseDict(document, message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise MalformedBody(f"The body is not an OTLP/JSON ExportTraceServiceRequest: {exc}.") from None
+    return message
+
+
+# --- spans ---------------------------------------------------------------------------------------
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP AnyValue as plain JSON (bytes as base64, non-finite doubles as their names)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        number = value.double_value
+        return number if math.isfinite(number) else str(number)
+    if kind == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return attributes_of(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    return None
+
+
+def attributes_of(key_values: Any) -> dict[str, Any]:
+    return {kv.key: any_value(kv.value) for kv in key_values}
+
+
+def _otlp_json(span: Any) -> dict[str, Any]:
+    """The span as OTLP/JSON: camelCase keys, integer enums, hex ids."""
+    raw: dict[str, Any] = json_format.MessageToDict(span, use_integers_for_enums=True)
+    holders = [raw, *_items(raw.get("links"))]
+    for holder in holders:
+        for key in ("traceId", "spanId", "parentSpanId"):
+            if key in holder:
+                holder[key] = base64.b64decode(holder[key]).hex()
+    return raw
+
+
+def _problem_of(span: Any) -> str | None:
+    trace_id, span_id, parent = bytes(span.trace_id), bytes(span.span_id), bytes(span.parent_span_id)
+    if len(trace_id) != 16 or not any(trace_id):
+        return "traceId must be 16 bytes (32 hex digits), not all zero"
+    if len(span_id) != 8 or not any(span_id):
+        return "spanId must be 8 bytes (16 hex digits), not all zero"
+    if parent and len(parent) != 8:
+        return "parentSpanId must be empty or 8 bytes (16 hex digits)"
+    if span.start_time_unix_nano > MAX_NANOS or span.end_time_unix_nano > MAX_NANOS:
+        return "startTimeUnixNano and endTimeUnixNano must be before the year 2262"
+    return None
+
+
+def decode_spans(body: bytes, *, as_json: bool) -> list[Span]:
+    """Every span of the request, in request order; invalid ones carry a `problem`."""
+    message = parse_request(body, as_json=as_json)
+    spans: list[Span] = []
+    for r, resource_spans in enumerate(message.resource_spans):
+        resource_attributes = attributes_of(resource_spans.resource.attributes)
+        for s, scope_spans in enumerate(resource_spans.scope_spans):
+            scope: dict[str, Any] = json_format.MessageToDict(scope_spans.scope)
+            for n, span in enumerate(scope_spans.spans):
+                problem = _problem_of(span)
+                parent = bytes(span.parent_span_id)
+                spans.append(
+                    Span(
+                        trace_id=bytes(span.trace_id).hex(),
+                        span_id=bytes(span.span_id).hex(),
+                        parent_span_id=parent.hex() if any(parent) else "",
+                        name=span.name,
+                        kind=span.kind,
+                        start_unix_nano=span.start_time_unix_nano,
+                        end_unix_nano=span.end_time_unix_nano,
+                        status_code=span.status.code,
+                        status_message=span.status.message,
+                        attributes=attributes_of(span.attributes),
+                        events=[
+                            {
+                                "name": event.name,
+                                "timeUnixNano": str(event.time_unix_nano),
+                                "attributes": attributes_of(event.attributes),
+                            }
+                            for event in span.events
+                        ],
+                        resource_attributes=resource_attributes,
+                        scope=scope,
+                        raw=_otlp_json(span),
+                        problem=(
+                            f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}] ({span.name!r}): {problem}"
+                            if problem
+                            else None
+                        ),
+                    )
+                )
+    return spans
+
+
+# --- mapping onto typed events -------------------------------------------------------------------
+
+
+def _str(attributes: dict[str, Any], *keys: str) -> str | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _int(attributes: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _some(**fields: Any) -> dict[str, Any]:
+    """The fields that have a value: an attribute the span lacked stays absent, not null."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _ms(nanos: int) -> int | None:
+    return nanos // 1_000_000 if nanos else None
+
+
+def _camel(words: str) -> str:
+    parts = [p for p in re.split(r"[._]", words) if p]
+    return (parts[0] if parts else "") + "".join(p[:1].upper() + p[1:] for p in parts[1:])
+
+
+def span_event_payload(event_type: str, attributes: dict[str, Any]) -> dict[str, Any]:
+    """A span event's attributes as the event's payload: `agentfootprint.validation.tool_name` on a
+    `agentfootprint.validation.*` event becomes `toolName`; other domains keep their word
+    (`agentfootprint.decision.chosen` → `decisionChosen`)."""
+    domain = event_type.removeprefix(AF_PREFIX).split(".", 1)[0] + "."
+    payload: dict[str, Any] = {}
+    for key, value in attributes.items():
+        name = _camel(key.removeprefix(AF_PREFIX).removeprefix(domain))
+        if name:
+            payload[name] = value
+    return payload
+
+
+def _duration_ms(span: Span) -> int | None:
+    if not span.start_unix_nano or span.end_unix_nano < span.start_unix_nano:
+        return None
+    return (span.end_unix_nano - span.start_unix_nano) // 1_000_000
+
+
+def _failed(span: Span) -> bool:
+    return span.status_code == STATUS_ERROR or "error.type" in span.attributes
+
+
+def _json_attribute(attributes: dict[str, Any], key: str) -> Any:
+    """gen_ai.tool.call.arguments/result are JSON text when recorded at all."""
+    value = attributes.get(key)
+    if isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
+
+
+Planned = tuple[str, dict[str, Any], int]  # (type without prefix, payload, unix nanos)
+
+
+def _tool(span: Span) -> tuple[Planned, Planned]:
+    a = span.attributes
+    call_id = _str(a, "gen_ai.tool.call.id") or f"span-{span.span_id}"
+    tool_name = _str(a, "gen_ai.tool.name", "tool.name") or span.name.removeprefix("execute_tool ").strip()
+    start = _some(
+        toolName=tool_name,
+        toolCallId=call_id,
+        args=_json_attribute(a, "gen_ai.tool.call.arguments"),
+        protocol=_str(a, "agentfootprint.tool.protocol"),
+        argKeys=a.get("agentfootprint.tool.args.keys"),
+    )
+    end = _some(
+        toolCallId=call_id,
+        result=_json_attribute(a, "gen_ai.tool.call.result"),
+        resultType=_str(a, "agentfootprint.tool.result.type"),
+        durationMs=_duration_ms(span),
+        error=True if _failed(span) else None,
+        errorType=_str(a, "error.type"),
+        errorMessage=span.status_message or None,
+    )
+    return ("stream.tool_start", start, span.start_unix_nano), ("stream.tool_end", end, span.end_unix_nano)
+
+
+def _chat(span: Span) -> tuple[Planned, Planned]:
+    a = span.attributes
+    model = _str(a, "gen_ai.request.model", "gen_ai.response.model")
+    usage = _some(
+        input=_int(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+        output=_int(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+        cacheRead=_int(a, "gen_ai.usage.cache_read.input_tokens"),
+        cacheWrite=_int(a, "gen_ai.usage.cache_creation.input_tokens"),
+    )
+    reasons = a.get("gen_ai.response.finish_reasons")
+    stop = reasons[0] if isinstance(reasons, list) and reasons else None
+    start = _some(model=model, provider=_str(a, "gen_ai.provider.name", "gen_ai.system"))
+    end = _some(
+        usage=usage,
+        model=model,
+        durationMs=_duration_ms(span),
+        stopReason=stop,
+        providerResponseRef=_str(a, "gen_ai.response.id"),
+        error=True if _failed(span) else None,
+    )
+    return ("stream.llm_start", start, span.start_unix_nano), ("stream.llm_end", end, span.end_unix_nano)
+
+
+def _agent(span: Span) -> tuple[Planned, Planned | None]:
+    a = span.attributes
+    start = _some(
+        turnIndex=_int(a, "agentfootprint.turn.index"),
+        agentName=_str(a, "gen_ai.agent.name"),
+        agentfootprintRunId=_str(a, "agentfootprint.run.id"),
+    )
+    end: Planned | None
+    if _failed(span):
+        # A failed turn ends in error.fatal, not turn_end (which would mark the run completed); the
+        # adapter usually records it as a span event already.
+        already = any(e["name"] == AF_PREFIX + "error.fatal" for e in span.events)
+        payload = _some(message=span.status_message or None, errorType=_str(a, "error.type"), source="otlp")
+        end = None if already else ("error.fatal", payload, span.end_unix_nano)
+    else:
+        payload = _some(
+            turnIndex=_int(a, "agentfootprint.turn.index"),
+            totalInputTokens=_int(a, "gen_ai.usage.input_tokens"),
+            totalOutputTokens=_int(a, "gen_ai.usage.output_tokens"),
+            iterationCount=_int(a, "agentfootprint.iteration.count"),
+            durationMs=_duration_ms(span),
+        )
+        end = ("agent.turn_end", payload, span.end_unix_nano)
+    return ("agent.turn_start", start, span.start_unix_nano), end
+
+
+def _iteration(span: Span, number: int) -> tuple[Planned, Planned]:
+    count = _int(span.attributes, "agentfootprint.tool_call.count")
+    return (
+        ("agent.iteration_start", {"iteration": number}, span.start_unix_nano),
+        ("agent.iteration_end", _some(iteration=number, toolCallCount=count), span.end_unix_nano),
+    )
+
+
+def _iteration_number(span: Span) -> int | None:
+    number = _int(span.attributes, "iteration.number")
+    if number is not None:
+        return number
+    match = ITERATION_NAME.match(span.name)
+    return int(match.group(1)) if match else None
+
+
+def span_events(span: Span) -> list[dict[str, Any]]:
+    """The span as typed event envelopes without `seq`: its start event, its `agentfootprint.*`
+    span events in time order, then its end event. A span of no known kind maps to its span
+    events only (often none); the span itself is still stored verbatim."""
+    operation = _str(span.attributes, "gen_ai.operation.name")
+    ends: tuple[Planned | None, Planned | None] = (None, None)
+    if operation == "execute_tool":
+        ends = _tool(span)
+    elif operation in CHAT_OPERATIONS:
+        ends = _chat(span)
+    elif operation == "invoke_agent":
+        ends = _agent(span)
+    elif (number := _iteration_number(span)) is not None:
+        ends = _iteration(span, number)
+
+    inner: list[tuple[int, int, Planned]] = []
+    for index, event in enumerate(span.events):
+        name = event["name"]
+        if name.startswith(AF_PREFIX) and len(name) <= MAX_TYPE_LENGTH:
+            at = int(event["timeUnixNano"]) or span.start_unix_nano
+            inner.append((at, index, (name.removeprefix(AF_PREFIX), span_event_payload(name, event["attributes"]), at)))
+    inner.sort(key=lambda item: item[:2])
+    planned = [p for p in (ends[0], *(item[2] for item in inner), ends[1]) if p is not None]
+
+    identity = {}
+    if operation == "invoke_agent":
+        identity = _some(
+            principal=_str(span.attributes, "agentfootprint.principal.id"),
+            tenant=_str(span.attributes, "agentfootprint.tenant.id"),
+        )
+    return [
+        {
+            "type": AF_PREFIX + type_,
+            "payload": payload,
+            "meta": _some(
+                runId=span.run_id,
+                wallClockMs=_ms(at),
+                spanId=span.span_id,
+                traceId=span.trace_id,
+                **identity,
+            ),
+        }
+        for type_, payload, at in planned
+    ]
+
+
+# --- responses -----------------------------------------------------------------------------------
+
+
+def export_response(*, rejected: int, message: str, as_json: bool) -> bytes:
+    """ExportTraceServiceResponse; `partialSuccess` only when something was rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if as_json:
+        return json_format.MessageToJson(response, indent=None).encode()
+    body: bytes = response.SerializeToString()
+    return body
+
+
+def _status_message_class() -> Any:
+    """google.rpc.Status, the error body OTLP/HTTP prescribes. Built from its two scalar fields in a
+    private descriptor pool: its usual home (googleapis-common-protos) is not a dependency here,
+    and a private pool cannot clash with it when it is installed."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="footprint/google_rpc_status.proto", package="google.rpc", syntax="proto3"
+    )
+    message = proto.message_type.add(name="Status")
+    field = descriptor_pb2.FieldDescriptorProto
+    message.field.add(name="code", number=1, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL, json_name="code")
+    message.field.add(name="message", number=2, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL, json_name="message")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("google.rpc.Status"))
+
+
+RpcStatus = _status_message_class()
+# gRPC codes for the HTTP statuses this endpoint answers with.
+GRPC_CODES = {400: 3, 401: 16, 403: 7, 413: 8, 415: 3}
+
+
+def error_body(*, http_status: int, message: str, as_json: bool) -> bytes:
+    status = RpcStatus(code=GRPC_CODES.get(http_status, 2), message=message)
+    if as_json:
+        return json_format.MessageToJson(status, indent=None).encode()
+    body: bytes = status.SerializeToString()
+    return body
+
+
+def rejection_message(problems: list[str]) -> str:
+    if not problems:
+        return ""
+    shown = "; ".join(problems[:MAX_PROBLEMS_REPORTED])
+    more = f"; and {len(problems) - MAX_PROBLEMS_REPORTED} more" if len(problems) > MAX_PROBLEMS_REPORTED else ""
+    return f"{len(problems)} span(s) rejected: {shown}{more}."

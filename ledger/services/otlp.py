@@ -1,0 +1,130 @@
+"""OTLP spans in: each kept verbatim, each mapped onto typed events that go through `events_ingest`.
+
+One run per trace ("otlp-<trace id>"). A span's events get their seqs when the span is first
+stored (the next free seqs of its trace, recorded on the OtlpSpan row), so the numbering never
+depends on the order spans arrive in, and a re-sent span is recognised by (trace id, span id)
+and maps to nothing new.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Max
+
+from ledger.envelopes import Event, check_events, replace_nul
+from ledger.exceptions import BatchInvalid
+from ledger.models import OtlpSpan, Project, Run
+from ledger.otlp import Span, rejection_message, span_events
+from ledger.services.ingest import events_ingest
+
+
+@dataclass(frozen=True)
+class OtlpReceipt:
+    accepted: int
+    rejected: int
+    message: str
+    stored: int
+    duplicates: int
+
+
+def _lock_traces(project: Project, trace_ids: list[str]) -> None:
+    # Numbering reads the trace's highest numbers and then inserts above them: two requests
+    # carrying spans of one trace must take turns. Sorted, so two requests cannot deadlock.
+    with connection.cursor() as cur:
+        for trace_id in sorted(trace_ids):
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"otlp:{project.pk}:{trace_id}"])
+
+
+def _next_numbers(project: Project, trace_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """Per trace: (next span_number, next free seq)."""
+    rows = (
+        OtlpSpan.objects.filter(project=project, trace_id__in=trace_ids)
+        .values("trace_id")
+        .annotate(number=Max("span_number"), seq=Max(F("first_seq") + F("event_count")))
+    )
+    return {row["trace_id"]: (row["number"] + 1, row["seq"]) for row in rows}
+
+
+def _numbered(envelopes: list[dict[str, Any]], first_seq: int) -> list[Event]:
+    return check_events([{"seq": first_seq + i, **envelope} for i, envelope in enumerate(envelopes)])
+
+
+def _row(project: Project, span: Span, number: int, first_seq: int, event_count: int) -> OtlpSpan:
+    return OtlpSpan(
+        project=project,
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        parent_span_id=span.parent_span_id,
+        name=span.name,
+        kind=span.kind,
+        start_unix_nano=span.start_unix_nano,
+        end_unix_nano=span.end_unix_nano,
+        status_code=span.status_code,
+        status_message=span.status_message,
+        # jsonb cannot hold U+0000 (the events' `body` keeps it, see RunEvent).
+        attributes=replace_nul(span.attributes),
+        events=replace_nul(span.events),
+        resource_attributes=replace_nul(span.resource_attributes),
+        scope=replace_nul(span.scope),
+        raw=replace_nul(span.raw),
+        span_number=number,
+        first_seq=first_seq,
+        event_count=event_count,
+    )
+
+
+@transaction.atomic
+def otlp_ingest(*, project: Project, spans: list[Span]) -> OtlpReceipt:
+    """Store the spans not stored yet and ingest their events; count the invalid ones as rejected.
+
+    Preconditions: `spans` come from `ledger.otlp.decode_spans` (a span with a `problem` is
+    rejected, not stored). Writes OtlpSpan rows (INSERT … ON CONFLICT DO NOTHING on
+    (project, trace_id, span_id)) and, through `events_ingest(source=otlp)`, the runs, their
+    chained events and projections, all in one transaction. Enqueues nothing.
+    """
+    problems = [span.problem for span in spans if span.problem]
+    by_trace: dict[str, dict[str, Span]] = defaultdict(dict)
+    for span in spans:
+        if span.problem is None:
+            by_trace[span.trace_id].setdefault(span.span_id, span)  # the first copy in a request wins
+    trace_ids = sorted(by_trace)
+    _lock_traces(project, trace_ids)
+    # Exact under the trace locks: nobody else can store spans of these traces until COMMIT.
+    stored = set(
+        OtlpSpan.objects.filter(
+            project=project,
+            trace_id__in=trace_ids,
+            span_id__in={span_id for trace in by_trace.values() for span_id in trace},
+        ).values_list("trace_id", "span_id")
+    )
+    numbers = _next_numbers(project, trace_ids)
+    rows: list[OtlpSpan] = []
+    events: list[Event] = []
+    duplicates = 0
+    for trace_id in trace_ids:
+        number, seq = numbers.get(trace_id, (0, 0))
+        fresh = [span for span_id, span in by_trace[trace_id].items() if (trace_id, span_id) not in stored]
+        duplicates += len(by_trace[trace_id]) - len(fresh)
+        for span in sorted(fresh, key=lambda s: (s.start_unix_nano, s.span_id)):
+            envelopes = span_events(span)
+            try:
+                span_events_checked = _numbered(envelopes, seq)
+            except BatchInvalid as exc:
+                problems.append(f"span {span.span_id} ({span.name!r}) maps to events that are not valid: {exc}")
+                continue
+            rows.append(_row(project, span, number, seq, len(envelopes)))
+            events.extend(span_events_checked)
+            number += 1
+            seq += len(envelopes)
+    OtlpSpan.objects.bulk_create(rows, ignore_conflicts=True)
+    if events:
+        events_ingest(project=project, events=events, source=Run.Source.OTLP)
+    return OtlpReceipt(
+        accepted=len(spans) - len(problems),
+        rejected=len(problems),
+        message=rejection_message(problems),
+        stored=len(rows),
+        duplicates=duplicates,
+    )

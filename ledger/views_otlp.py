@@ -1,0 +1,71 @@
+"""OTLP/HTTP trace export (`POST /v1/traces`): what an OpenTelemetry exporter sends to a collector.
+
+Answers as the OTLP/HTTP spec says: 200 with an ExportTraceServiceResponse (in the request's
+encoding, `partialSuccess` when spans were rejected), 400 for a body that does not decode, 401
+without a valid agent key, 403 for a key without the `ingest` scope, 413 over the size limit
+(before and after gunzip), 415 for other content types or encodings. Error bodies are
+google.rpc.Status messages.
+"""
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from footprint_site.http import body_within
+from ledger import otlp
+from ledger.exceptions import BodyTooLarge, MalformedBody
+from ledger.models import AgentKey
+from ledger.selectors import agent_key_get_by_secret
+from ledger.services.otlp import otlp_ingest
+
+
+def _reply(body: bytes, *, status: int, as_json: bool) -> HttpResponse:
+    return HttpResponse(body, status=status, content_type=otlp.JSON if as_json else otlp.PROTOBUF)
+
+
+def _error(status: int, message: str, *, as_json: bool) -> HttpResponse:
+    return _reply(otlp.error_body(http_status=status, message=message, as_json=as_json), status=status, as_json=as_json)
+
+
+def _agent_key(request: HttpRequest) -> AgentKey | None:
+    scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        return None
+    return agent_key_get_by_secret(secret=secret.strip())
+
+
+# The endpoint is authenticated only by the agent key in the Authorization header, never by a
+# session cookie, so a cross-site request carries no credentials: CSRF has nothing to forge.
+@csrf_exempt
+@require_POST
+def export_traces(request: HttpRequest) -> HttpResponse:
+    as_json = request.content_type != otlp.PROTOBUF and request.content_type != "application/protobuf"
+    key = _agent_key(request)
+    if key is None:
+        response = _error(401, "Send a valid agent key as 'Authorization: Bearer <key>'.", as_json=as_json)
+        response["WWW-Authenticate"] = 'Bearer realm="footprint"'
+        return response
+    if AgentKey.Scope.INGEST not in key.scopes:
+        return _error(403, "This agent key lacks the 'ingest' scope.", as_json=as_json)
+    if request.content_type not in otlp.CONTENT_TYPES:
+        return _error(
+            415, f"Content-Type must be {otlp.PROTOBUF} or {otlp.JSON}, not {request.content_type!r}.", as_json=True
+        )
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip"):
+        return _error(415, f"Content-Encoding must be gzip or absent, not {encoding!r}.", as_json=as_json)
+    limit = settings.FOOTPRINT_MAX_REQUEST_BYTES
+    try:
+        body = otlp.read_body(body_within(request, limit), gzipped=encoding == "gzip", limit=limit)
+        spans = otlp.decode_spans(body, as_json=as_json)
+    except BodyTooLarge as exc:
+        return _error(413, exc.message, as_json=as_json)
+    except MalformedBody as exc:
+        return _error(400, exc.message, as_json=as_json)
+    receipt = otlp_ingest(project=key.project, spans=spans)
+    return _reply(
+        otlp.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json),
+        status=200,
+        as_json=as_json,
+    )
