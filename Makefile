@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/artifacts.py
 	$(BIN)/python bench/asks.py
+	$(BIN)/python bench/otlp.py
 
 worker: $(STAMP)
 	$(BIN)/celery -A footprint_site worker --loglevel=INFO
