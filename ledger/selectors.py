@@ -17,7 +17,7 @@ from footprint_site.notify import ask_decisions
 from ledger import audit
 from ledger.envelopes import replace_nul
 from ledger.exceptions import AskNotFound, RunNotFound
-from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, ToolCall
+from ledger.models import AgentKey, Ask, Membership, OtlpSpan, Project, Run, RunEvent, ToolCall
 from ledger.services.tenancy import hash_secret
 
 
@@ -372,4 +372,13 @@ def run_overview(*, run: Run) -> dict[str, Any]:
         "verdicts": list(run.verdicts.order_by("seq")[:RUN_TAB_LIMIT]),
         "refusals": list(run.refusals.order_by("seq")[:RUN_TAB_LIMIT]),
         "asks": list(Ask.objects.filter(project=run.project, run_id=run.run_id).defer("checkpoint", "pause_data")),
+        "spans": _otlp_spans(run),
     }
+
+
+def _otlp_spans(run: Run) -> list[Any]:
+    """For a run fed over OTLP: its spans, each with the seqs of the events it was mapped to."""
+    if run.source != Run.Source.OTLP or not run.run_id.startswith("otlp-"):
+        return []
+    spans = OtlpSpan.objects.filter(project=run.project, trace_id=run.run_id.removeprefix("otlp-"))
+    return list(spans.defer("raw").order_by("span_number")[:RUN_TAB_LIMIT])

@@ -44,3 +44,15 @@ def test_integrity_check_names_the_edited_record(auditor_client, project, declin
 
 def test_integrity_check_is_404_for_an_outsider(outsider_client, project, declined_run):
     assert outsider_client.get(f"/projects/{project.slug}/runs/{declined_run}/integrity/").status_code == 404
+
+
+def test_otlp_run_page_shows_each_span_beside_its_events(agent_client, auditor_client, project):
+    from tests.conftest import DATA
+
+    raw = (DATA / "g-otel/otlp-traces.json").read_bytes()
+    assert agent_client.post("/v1/traces", raw, content_type="application/json").status_code == 200
+    run = project.runs.get(source="otlp")
+    html = auditor_client.get(f"/projects/{project.slug}/runs/{run.run_id}/").content.decode()
+    assert html.count('class="span-row"') == 12
+    assert "gen_ai.operation.name" in html
+    assert "seq 0" in html
