@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
-from footprint_site.auth import ScopeMissing
+from footprint_site.auth import AuthThrottled, ScopeMissing
 from footprint_site.responses import json_response
 from ledger.exceptions import LedgerError
 
@@ -37,6 +37,19 @@ def missing_key(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
         status=401,
     )
     response["WWW-Authenticate"] = 'Bearer realm="footprint"'
+    return response
+
+
+@api.exception_handler(AuthThrottled)
+def too_many_failures(request: HttpRequest, exc: AuthThrottled) -> HttpResponse:
+    response = json_response(
+        {
+            "error": f"Too many failed key checks from this address; try again in {exc.retry_after} s.",
+            "code": "ERR_RATE_LIMITED",
+        },
+        status=429,
+    )
+    response["Retry-After"] = str(exc.retry_after)
     return response
 
 

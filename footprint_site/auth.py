@@ -1,6 +1,8 @@
 """Agent keys on the API: `Authorization: Bearer <key>`, never a session cookie (so no CSRF)."""
 
+import threading
 import time
+from collections import defaultdict, deque
 
 from django.http import HttpRequest
 from ninja.security import HttpBearer
@@ -15,20 +17,56 @@ class ScopeMissing(Exception):
         self.scope = scope
 
 
+class AuthThrottled(Exception):
+    """Too many failed key checks from one client: answered 429 with Retry-After."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(retry_after)
+        self.retry_after = retry_after
+
+
+# Failed key checks per client address, per process (each web worker counts its own): enough to
+# stop a flood of guesses from reaching the database; the keys' 190 random bits do the rest.
+FAILURE_WINDOW_SECONDS = 60
+MAX_FAILURES_PER_WINDOW = 30
+_failures: dict[str, deque[float]] = defaultdict(deque)
+_failures_lock = threading.Lock()
+
+
+def _recent_failures(client: str, now: float) -> deque[float]:
+    failures = _failures[client]
+    while failures and now - failures[0] > FAILURE_WINDOW_SECONDS:
+        failures.popleft()
+    return failures
+
+
+def client_address(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR") or "unknown")
+
+
 # A short per-process memory of verified keys saves a query on every ingestion request; a revoked
 # key therefore stops working within KEY_CACHE_SECONDS.
 KEY_CACHE_SECONDS = 5.0
 _verified: dict[str, tuple[float, AgentKey]] = {}
 
 
-def _key_for(secret: str) -> AgentKey | None:
+def verified_key(secret: str, client: str) -> AgentKey | None:
+    """The live key with this secret, or None; AuthThrottled once `client` failed too often."""
     now = time.monotonic()
     cached = _verified.get(secret)
     if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
         return cached[1]
+    with _failures_lock:
+        failures = _recent_failures(client, now)
+        if len(failures) >= MAX_FAILURES_PER_WINDOW:
+            raise AuthThrottled(int(FAILURE_WINDOW_SECONDS - (now - failures[0])) + 1)
     key = agent_key_get_by_secret(secret=secret)
     if key is None:
         _verified.pop(secret, None)
+        with _failures_lock:
+            _recent_failures(client, now).append(now)
+            if len(_failures) > 10_000:  # a spray from many addresses must not grow this forever
+                _failures.clear()
         return None
     if len(_verified) > 1000:
         _verified.clear()
@@ -44,7 +82,7 @@ class AgentKeyAuth(HttpBearer):
         self.scope = scope
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentKey | None:
-        key = _key_for(token)
+        key = verified_key(token, client_address(request))
         if key is None:
             return None
         if self.scope not in key.scopes:

@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from footprint_site.auth import AuthThrottled, client_address, verified_key
 from footprint_site.http import body_within
 from ledger import otlp
 from ledger.exceptions import BodyTooLarge, MalformedBody
 from ledger.models import AgentKey
-from ledger.selectors import agent_key_get_by_secret
 from ledger.services.otlp import otlp_ingest
 
 
@@ -32,7 +32,7 @@ def _agent_key(request: HttpRequest) -> AgentKey | None:
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None
-    return agent_key_get_by_secret(secret=secret.strip())
+    return verified_key(secret.strip(), client_address(request))
 
 
 # The endpoint is authenticated only by the agent key in the Authorization header, never by a
@@ -41,7 +41,12 @@ def _agent_key(request: HttpRequest) -> AgentKey | None:
 @require_POST
 def export_traces(request: HttpRequest) -> HttpResponse:
     as_json = request.content_type != otlp.PROTOBUF and request.content_type != "application/protobuf"
-    key = _agent_key(request)
+    try:
+        key = _agent_key(request)
+    except AuthThrottled as exc:
+        response = _error(429, f"Too many failed key checks; try again in {exc.retry_after} s.", as_json=as_json)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     if key is None:
         response = _error(401, "Send a valid agent key as 'Authorization: Bearer <key>'.", as_json=as_json)
         response["WWW-Authenticate"] = 'Bearer realm="footprint"'

@@ -53,6 +53,16 @@ def _fast_hasher(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_auth_counters() -> Any:
+    """Every test client calls from 127.0.0.1: one test's failed keys must not throttle the next."""
+    from footprint_site import auth
+
+    auth._failures.clear()
+    yield
+    auth._failures.clear()
+
+
 @pytest.fixture
 def project(db: None) -> Project:
     return project_get_or_create(slug="acme")
