@@ -62,3 +62,10 @@ class AskAlreadyDecided(LedgerError):
 
     status = 409
     code = "ERR_ALREADY_DECIDED"
+
+
+class RefusalNotFound(LedgerError):
+    """No such refusal, or it belongs to a project the user is not a member of."""
+
+    status = 404
+    code = "ERR_REFUSAL_NOT_FOUND"

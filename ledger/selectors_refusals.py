@@ -13,7 +13,7 @@ import orjson
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, Q, QuerySet
 
-from ledger.exceptions import LedgerError
+from ledger.exceptions import RefusalNotFound
 from ledger.models import Ask, MiddlewareDecision, Refusal, Run, RunEvent, ToolCall
 from ledger.selectors import projects_for_user
 
@@ -39,10 +39,6 @@ SUMMARY_KEYS = (
     "toolCallCount",
     "slot",
 )
-
-
-class RefusalNotFound(LedgerError):
-    """No such refusal, or it belongs to a project the user is not a member of."""
 
 
 @dataclass(frozen=True)

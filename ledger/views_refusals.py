@@ -13,9 +13,10 @@ from django.views.decorators.vary import vary_on_headers
 
 from footprint_site.pages import HtmxHttpRequest, wants_partial
 from ledger import selectors_refusals
+from ledger.exceptions import RefusalNotFound
 from ledger.models import Refusal
 from ledger.selectors import decode_cursor, encode_cursor
-from ledger.selectors_refusals import RefusalFilter, RefusalNotFound
+from ledger.selectors_refusals import RefusalFilter
 
 REFUSALS_PER_PAGE = 50
 FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
