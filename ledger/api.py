@@ -106,27 +106,38 @@ def run_as_json(run: Run) -> dict[str, Any]:
     return out
 
 
-class RunFilter(Schema):
+class RunQuery(Schema):
     session: str | None = None
     status: Run.Status | None = None
+    agent: str | None = None
+    tool: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    has_refusals: bool = False
+    has_open_asks: bool = False
+    q: str | None = None
     cursor: str | None = None
     limit: int = 50
 
 
 @router.get("/runs", response={200: RunListOut, **ERRORS}, auth=AgentKeyAuth("read"))
-def list_runs(request: HttpRequest, filters: Query[RunFilter]) -> HttpResponse:
-    """Runs of the key's project, newest first; pass `nextCursor` back as `cursor` for the next page."""
-    limit = max(1, min(filters.limit, 200))
+def list_runs(request: HttpRequest, query: Query[RunQuery]) -> HttpResponse:
+    """Runs of the key's project, newest first; pass `nextCursor` back as `cursor` for the next page.
+    `q` searches the runs' event payloads (PostgreSQL full-text search)."""
+    limit = max(1, min(query.limit, 200))
+    filters = selectors.RunFilter(
+        session=query.session,
+        status=query.status,
+        agent=query.agent,
+        tool=query.tool,
+        since=query.since,
+        until=query.until,
+        has_refusals=query.has_refusals,
+        has_open_asks=query.has_open_asks,
+        text=query.q,
+    )
     runs = selectors.run_list(
-        projects=[project_of(request)],
-        session=filters.session,
-        status=filters.status,
-        since=filters.since,
-        until=filters.until,
-        before_id=selectors.decode_cursor(filters.cursor),
-        limit=limit,
+        projects=[project_of(request)], filters=filters, before_id=selectors.decode_cursor(query.cursor), limit=limit
     )
     page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs[:limit]]}
     if len(runs) > limit:

@@ -3,6 +3,9 @@ from typing import Any
 import orjson
 from django import forms
 
+from ledger.models import Run
+from ledger.selectors import RunFilter
+
 
 class DecisionForm(forms.Form):
     """Approve or decline (consent gates), or answer (plain asks). `by` is never a field."""
@@ -29,3 +32,34 @@ class DecisionForm(forms.Form):
             except orjson.JSONDecodeError:
                 self.add_error("value", "This is not valid JSON.")
         return cleaned
+
+
+class RunFilterForm(forms.Form):
+    """The run list's query string. A value that does not parse is dropped, never a 400."""
+
+    project = forms.SlugField(required=False)
+    session = forms.CharField(required=False, max_length=200)
+    status = forms.ChoiceField(required=False, choices=[("", "any"), *Run.Status.choices])
+    agent = forms.CharField(required=False, max_length=200)
+    tool = forms.CharField(required=False, max_length=200)
+    since = forms.DateTimeField(required=False)
+    until = forms.DateTimeField(required=False)
+    has_refusals = forms.BooleanField(required=False, label="with refusals")
+    has_open_asks = forms.BooleanField(required=False, label="with open asks")
+    q = forms.CharField(required=False, max_length=200, label="Search payloads")
+
+    def filters(self) -> RunFilter:
+        self.is_valid()
+        data = {k: v for k, v in getattr(self, "cleaned_data", {}).items() if k not in self.errors}
+        return RunFilter(
+            project=data.get("project") or None,
+            session=data.get("session") or None,
+            status=data.get("status") or None,
+            agent=data.get("agent") or None,
+            tool=data.get("tool") or None,
+            since=data.get("since"),
+            until=data.get("until"),
+            has_refusals=bool(data.get("has_refusals")),
+            has_open_asks=bool(data.get("has_open_asks")),
+            text=data.get("q") or None,
+        )

@@ -9,8 +9,9 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.postgres.search import SearchQuery, SearchVector
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from footprint_site.notify import ask_decisions
@@ -43,13 +44,27 @@ def decode_cursor(cursor: str | None) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class RunFilter:
+    """The run list's filters; every one optional. `text` is PostgreSQL full-text search (the
+    'simple' configuration, so identifiers and ids match as written) over the runs' stored events."""
+
+    project: str | None = None
+    session: str | None = None
+    status: str | None = None
+    agent: str | None = None
+    tool: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    has_refusals: bool = False
+    has_open_asks: bool = False
+    text: str | None = None
+
+
 def run_list(
     *,
     projects: QuerySet[Project] | list[Project],
-    session: str | None = None,
-    status: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    filters: RunFilter | None = None,
     before_id: int | None = None,
     limit: int = 50,
 ) -> list[Run]:
@@ -58,15 +73,34 @@ def run_list(
     The time range applies to the run's first event. Returns up to `limit + 1` rows so the caller
     can tell whether another page exists.
     """
+    f = filters or RunFilter()
     runs = Run.objects.filter(project__in=projects).select_related("project")
-    if session:
-        runs = runs.filter(session_id=session)
-    if status:
-        runs = runs.filter(status=status)
-    if since:
-        runs = runs.filter(first_event_at__gte=since)
-    if until:
-        runs = runs.filter(first_event_at__lt=until)
+    for value, lookup in (
+        (f.project, "project__slug"),
+        (f.session, "session_id"),
+        (f.status, "status"),
+        (f.agent, "agent_id"),
+        (f.since, "first_event_at__gte"),
+        (f.until, "first_event_at__lt"),
+    ):
+        if value:
+            runs = runs.filter(**{lookup: value})
+    if f.tool:
+        runs = runs.filter(Exists(ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)))
+    if f.has_refusals:
+        runs = runs.filter(refusal_count__gt=0)
+    if f.has_open_asks:
+        open_asks = Ask.objects.filter(
+            project_id=OuterRef("project_id"), run_id=OuterRef("run_id"), status=Ask.Status.OPEN
+        )
+        runs = runs.filter(Exists(open_asks))
+    if f.text:
+        matching = (
+            RunEvent.objects.filter(run_id=OuterRef("pk"))
+            .annotate(found=SearchVector("body", config="simple"))
+            .filter(found=SearchQuery(f.text, config="simple"))
+        )
+        runs = runs.filter(Exists(matching))
     if before_id is not None:
         runs = runs.filter(id__lt=before_id)
     return list(runs.order_by("-id")[: limit + 1])

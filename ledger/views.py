@@ -9,6 +9,7 @@ from django.views.decorators.vary import vary_on_headers
 from footprint_site.pages import HtmxHttpRequest, int_param, wants_partial
 from ledger import selectors
 from ledger.exceptions import RunNotFound
+from ledger.forms import RunFilterForm
 from ledger.models import Run
 
 RUNS_PER_PAGE = 50
@@ -19,27 +20,21 @@ EVENTS_PER_PAGE = 100
 @login_required
 @vary_on_headers("HX-Request")
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
-    status = request.GET.get("status") or None
-    if status not in Run.Status.values:
-        status = None
+    form = RunFilterForm(request.GET)
     runs = selectors.run_list(
         projects=selectors.projects_for_user(request.user),
-        session=request.GET.get("session") or None,
-        status=status,
+        filters=form.filters(),
         before_id=selectors.decode_cursor(request.GET.get("cursor")),
         limit=RUNS_PER_PAGE,
     )
     next_cursor = selectors.encode_cursor(runs[RUNS_PER_PAGE - 1].pk) if len(runs) > RUNS_PER_PAGE else None
+    kept = request.GET.copy()
+    kept.pop("cursor", None)
     template = "ledger/run_list.html" + ("#run-page" if wants_partial(request) else "")
     return render(
         request,
         template,
-        {
-            "runs": runs[:RUNS_PER_PAGE],
-            "next_cursor": next_cursor,
-            "statuses": Run.Status.values,
-            "filters": {"session": request.GET.get("session", ""), "status": status or ""},
-        },
+        {"runs": runs[:RUNS_PER_PAGE], "next_cursor": next_cursor, "form": form, "filter_query": kept.urlencode()},
     )
 
 

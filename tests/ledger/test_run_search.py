@@ -1,0 +1,62 @@
+"""Run list filters: full-text search over payloads, tool, agent, refusals and open asks."""
+
+import pytest
+
+from ledger.services import ask_open
+from tests.conftest import fixture_events
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def runs(agent_client):
+    """Three real runs: a (lookup_order, track_parcel), b-declined (transfer_funds, denials), d (artifacts)."""
+    ids = {}
+    for name in ("a-run-recording/events.json", "b-middleware/events-declined.json", "d-artifacts/events.json"):
+        events = fixture_events(name)
+        agent_client.ingest(events)
+        ids[name.split("/")[0]] = events[0]["meta"]["runId"]
+    return ids
+
+
+def _listed(client, query: str) -> list[str]:
+    body = client.get(f"/api/v1/runs?{query}").json()
+    return [run["runId"] for run in body["runs"]]
+
+
+def test_search_finds_runs_by_words_in_their_payloads(agent_client, runs):
+    found = _listed(agent_client, "q=ACC-900")  # the paused run, its pause and its resumed run
+    assert runs["b-middleware"] in found
+    assert runs["a-run-recording"] not in found
+    assert _listed(agent_client, "q=track_parcel") == [runs["a-run-recording"]]
+    assert _listed(agent_client, "q=no+such+word+anywhere") == []
+
+
+def test_filters_by_tool_agent_and_refusals(agent_client, runs):
+    assert runs["b-middleware"] in _listed(agent_client, "tool=transfer_funds")
+    assert runs["a-run-recording"] not in _listed(agent_client, "tool=transfer_funds")
+    with_refusals = _listed(agent_client, "has_refusals=true")
+    assert {runs["b-middleware"], runs["d-artifacts"]} <= set(with_refusals)
+    assert runs["a-run-recording"] not in with_refusals
+    assert runs["a-run-recording"] in _listed(agent_client, "agent=agent")
+
+
+def test_filters_by_open_asks(agent_client, project, runs):
+    ask_open(
+        project=project,
+        key=None,
+        run_id=runs["a-run-recording"],
+        session_id=None,
+        checkpoint=None,
+        deadline=None,
+        on_timeout="decline",
+        pause_data={"toolCallId": "zz", "toolName": "x", "ask": {"question": "?", "middleware": "m"}},
+    )
+    assert runs["a-run-recording"] in _listed(agent_client, "has_open_asks=true")
+
+
+def test_run_list_page_keeps_filters_in_the_url_and_searches(auditor_client, runs):
+    html = auditor_client.get("/?q=ACC-900").content.decode()
+    assert runs["b-middleware"] in html
+    assert runs["a-run-recording"] not in html
+    assert 'value="ACC-900"' in html
