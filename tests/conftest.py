@@ -98,7 +98,7 @@ def anonymous_api_client() -> ApiClient:
     return ApiClient(None)
 
 
-def _person(django_user_model: Any, username: str, project: Project | None, role: str | None) -> Any:
+def person(django_user_model: Any, username: str, project: Project | None, role: str | None) -> Any:
     user = django_user_model.objects.create_user(username=username, password="pw-" + username)
     if project is not None and role is not None:
         membership_grant(user=user, project=project, role=role)
@@ -107,12 +107,24 @@ def _person(django_user_model: Any, username: str, project: Project | None, role
 
 @pytest.fixture
 def auditor(django_user_model: Any, project: Project) -> Any:
-    return _person(django_user_model, "alice", project, Membership.Role.AUDITOR)
+    return person(django_user_model, "alice", project, Membership.Role.AUDITOR)
+
+
+@pytest.fixture
+def approver(django_user_model: Any, project: Project) -> Any:
+    return person(django_user_model, "bob", project, Membership.Role.APPROVER)
+
+
+@pytest.fixture
+def approver_client(approver: Any) -> Client:
+    client = Client()
+    client.force_login(approver)
+    return client
 
 
 @pytest.fixture
 def outsider(django_user_model: Any, other_project: Project) -> Any:
-    return _person(django_user_model, "charlie", other_project, Membership.Role.ADMIN)
+    return person(django_user_model, "charlie", other_project, Membership.Role.ADMIN)
 
 
 @pytest.fixture

@@ -14,23 +14,18 @@ import pytest
 from django.db import connections
 
 from ledger.models import Ask, Membership, Project, RunEvent
-from ledger.services import agent_key_create, membership_grant
+from ledger.services import agent_key_create
+from tests.conftest import person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 POLL_WAIT_MS = 15_000  # the inbox polls every 5 s
 
 
-def _person(django_user_model: Any, username: str, project: Project) -> Any:
-    user = django_user_model.objects.create_user(username=username, password="pw-" + username)
-    membership_grant(user=user, project=project, role=Membership.Role.APPROVER)
-    return user
-
-
 @pytest.fixture
 def approvers(django_user_model: Any, project: Project) -> list[str]:
     for name in ("bob", "dora"):
-        _person(django_user_model, name, project)
+        person(django_user_model, name, project, Membership.Role.APPROVER)
     return ["bob", "dora"]
 
 

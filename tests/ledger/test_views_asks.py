@@ -11,8 +11,8 @@ from django.test import Client
 from django.utils.html import escape
 
 from ledger.models import Ask, Membership, Project
-from ledger.services import ask_open, membership_grant
-from tests.conftest import ApiClient, load_fixture, numbered_per_run
+from ledger.services import ask_open
+from tests.conftest import ApiClient, load_fixture, numbered_per_run, person
 
 pytestmark = pytest.mark.django_db
 
@@ -33,28 +33,10 @@ DECIDE_FORM = re.compile(r'<form[^>]*action="/asks/\d+/decide/"')
 OLDER_LINK = re.compile(r'<a href="\?cursor=([^"]+)">Older asks</a>')
 
 
-def _person(django_user_model: Any, username: str, project: Project, role: str) -> Any:
-    user = django_user_model.objects.create_user(username=username, password="pw-" + username)
-    membership_grant(user=user, project=project, role=role)
-    return user
-
-
-@pytest.fixture
-def approver(django_user_model: Any, project: Project) -> Any:
-    return _person(django_user_model, "bob", project, Membership.Role.APPROVER)
-
-
-@pytest.fixture
-def approver_client(approver: Any) -> Client:
-    client = Client()
-    client.force_login(approver)
-    return client
-
-
 @pytest.fixture
 def second_approver_client(django_user_model: Any, project: Project) -> Client:
     client = Client()
-    client.force_login(_person(django_user_model, "dora", project, Membership.Role.APPROVER))
+    client.force_login(person(django_user_model, "dora", project, Membership.Role.APPROVER))
     return client
 
 
@@ -170,7 +152,7 @@ def test_pages_auditor_reads_the_ask_but_cannot_decide(auditor_client: Client, p
 
 def test_pages_project_admin_decides_like_an_approver(django_user_model: Any, project: Project) -> None:
     client = Client()
-    client.force_login(_person(django_user_model, "erin", project, Membership.Role.ADMIN))
+    client.force_login(person(django_user_model, "erin", project, Membership.Role.ADMIN))
     ask = _open(project, B_OUTCOME["pauseData"], run_id=B_RUN)
 
     assert _rows(_html(client.get("/inbox/"))) == [ask.pk]
