@@ -152,11 +152,21 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "asks-deadlines": {"task": "ledger.tasks.asks_apply_deadlines", "schedule": 5.0},
+    "chain-anchors": {
+        "task": "ledger.tasks.chain_anchors_write",
+        "schedule": env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0),
+    },
     "artifacts-sweep": {
         "task": "artifacts.tasks.artifacts_sweep",
         "schedule": env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0),
     },
 }
+
+# Chain anchors: every period each project's changed chain heads are signed with this key, kept
+# out of the database (defaults to SECRET_KEY; set its own to rotate them apart).
+FOOTPRINT_ANCHOR_KEY = env.str("FOOTPRINT_ANCHOR_KEY", default=SECRET_KEY)
+# Integrity re-checks of chains up to this many records answer at once; longer ones run in Celery.
+FOOTPRINT_INLINE_VERIFY_MAX_RECORDS = env.int("FOOTPRINT_INLINE_VERIFY_MAX_RECORDS", default=10_000)
 
 # Ingestion limits, stated in every 413 answer.
 FOOTPRINT_MAX_EVENTS_PER_REQUEST = env.int("FOOTPRINT_MAX_EVENTS_PER_REQUEST", default=5_000)

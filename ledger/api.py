@@ -12,7 +12,7 @@ from ninja import Query, Router, Schema
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.http import body_within
 from footprint_site.responses import json_response
-from ledger import selectors, services
+from ledger import selectors, selectors_integrity, services
 from ledger.envelopes import parse_event_batch, parse_json
 from ledger.exceptions import AskInvalid
 from ledger.models import Ask, Run
@@ -167,7 +167,7 @@ def list_run_events(request: HttpRequest, run_id: str, after_seq: int = -1, limi
 def verify_run(request: HttpRequest, run_id: str) -> HttpResponse:
     """Re-check the run's hash chain; names the first record whose stored content no longer matches."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return json_response(selectors.run_chain_verify(run=run).as_json())
+    return json_response(selectors_integrity.run_chain_verify(run=run).as_json())
 
 
 # --- asks ----------------------------------------------------------------------------------------

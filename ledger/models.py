@@ -87,6 +87,8 @@ class Run(models.Model):
     last_event_at = models.DateTimeField(null=True, blank=True)
     tokens_in = models.BigIntegerField(default=0)
     tokens_out = models.BigIntegerField(default=0)
+    # The highest `cost.tick` cumulative estimate seen (USD); NULL when the agent reported no cost.
+    cost_usd = models.FloatField(null=True, blank=True)
     iterations = models.IntegerField(default=0)
     tool_call_count = models.IntegerField(default=0)
     refusal_count = models.IntegerField(default=0)
@@ -144,6 +146,14 @@ class RunEvent(models.Model):
             models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_seq"),
             models.UniqueConstraint(fields=["run", "position"], name="runevent_unique_position"),
         ]
+        # The run page's tool-call tab reads one call's steps; only events of a tool call are indexed.
+        indexes = [
+            models.Index(
+                fields=["run", "tool_call_id"],
+                name="runevent_by_tool_call",
+                condition=models.Q(tool_call_id__isnull=False),
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"
@@ -168,6 +178,8 @@ class ToolCall(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "tool_call_id"], name="toolcall_unique_id")]
+        # A resumed turn is a new run that finishes the paused run's tool call: the shared id links them.
+        indexes = [models.Index(fields=["tool_call_id"], name="toolcall_by_id")]
 
     def __str__(self) -> str:
         return f"{self.tool_name}({self.tool_call_id})"
@@ -505,3 +517,74 @@ class OtlpSpan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.trace_id}/{self.span_id})"
+
+
+class IntegrityCheck(models.Model):
+    """One on-demand re-walk of a run's chain, with its progress (long chains run in Celery)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="integrity_checks")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    records_total = models.IntegerField()
+    records_checked = models.IntegerField(default=0)
+    valid = models.BooleanField(null=True, blank=True)
+    broken_at = models.IntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "-id"], name="integrity_latest")]
+
+    def __str__(self) -> str:
+        return f"check {self.pk} of {self.run_id}: {self.status}"
+
+    @property
+    def percent(self) -> int:
+        return 100 if not self.records_total else min(100, self.records_checked * 100 // self.records_total)
+
+
+class ChainAnchor(models.Model):
+    """A signed checkpoint of a project's chain heads, written once per period.
+
+    It lives outside the rows it covers and is signed with a key that is not in the database, so
+    deleting the tail of a run (and rewriting the run's own head columns to match) is detected:
+    the anchored head is no longer in the chain. Anchors chain to each other by `prev_digest`, so
+    a removed anchor shows as a break in that chain.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="chain_anchors")
+    number = models.IntegerField()
+    prev_digest = models.BinaryField(max_length=32)
+    digest = models.BinaryField(max_length=32)
+    signature = models.BinaryField(max_length=32)
+    run_count = models.IntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "number"], name="anchor_number_per_project")]
+
+    def __str__(self) -> str:
+        return f"anchor {self.number} of {self.project_id}"
+
+
+class AnchoredHead(models.Model):
+    """A run's chain head as an anchor saw it. Keyed by the run's id text, not a foreign key:
+    deleting a whole run must not delete the evidence that it existed."""
+
+    anchor = models.ForeignKey(ChainAnchor, on_delete=models.CASCADE, related_name="heads")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    run_id = models.CharField(max_length=200)
+    chain_length = models.IntegerField()
+    head_hash = models.BinaryField(max_length=32)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "run_id", "-chain_length"], name="anchored_head_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}@{self.chain_length}"

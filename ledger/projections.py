@@ -4,6 +4,7 @@ Only events the server stores for the first time are projected, so every figure 
 added exactly once however often a batch is re-sent.
 """
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,7 @@ class RunDelta:
     status: str | None = None
     status_seq: int = -1
     agent_id: str | None = None
+    cost_usd: float | None = None
 
     def see_wall_clock(self, ms: int | None) -> None:
         if ms is None:
@@ -154,6 +156,15 @@ def _llm_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
 
 def _iteration_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     p.deltas[e.run_id].iterations += 1
+
+
+def _cost_tick(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    cumulative = payload.get("cumulative")
+    estimate = cumulative.get("estimatedUsd") if isinstance(cumulative, dict) else None
+    if isinstance(estimate, bool) or not isinstance(estimate, int | float) or not math.isfinite(estimate):
+        return
+    delta = p.deltas[e.run_id]
+    delta.cost_usd = max(delta.cost_usd or 0.0, float(estimate))
 
 
 def _run_configured(p: Projection, e: Event, payload: dict[str, Any]) -> None:
@@ -309,6 +320,7 @@ PROJECTORS: dict[str, Projector] = {
     "stream.tool_end": _tool_end,
     "stream.llm_end": _llm_end,
     "agent.iteration_start": _iteration_start,
+    "cost.tick": _cost_tick,
     "agent.run_configured": _run_configured,
     "middleware.decision": _decision,
     "permission.check": _permission,

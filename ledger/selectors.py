@@ -10,15 +10,12 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.postgres.search import SearchQuery, SearchVector
-from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from footprint_site.lib.chain import GENESIS, link_hash
 from footprint_site.notify import ask_decisions
 from ledger import audit
-from ledger.envelopes import replace_nul
 from ledger.exceptions import AskNotFound, RunNotFound
-from ledger.models import AgentKey, Ask, Membership, OtlpSpan, Project, Run, RunEvent, ToolCall
+from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, ToolCall
 from ledger.services.tenancy import hash_secret
 
 
@@ -156,80 +153,6 @@ def role_of(*, user: User | AnonymousUser, project: Project) -> str | None:
     if user.is_superuser:
         return Membership.Role.ADMIN
     return Membership.objects.filter(user=user, project=project).values_list("role", flat=True).first()
-
-
-@dataclass
-class ChainVerdict:
-    valid: bool
-    records_checked: int
-    broken_at: int | None = None
-    reason: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        verdict: dict[str, Any] = {"valid": self.valid, "recordsChecked": self.records_checked}
-        if not self.valid:
-            verdict["brokenAt"] = self.broken_at
-            verdict["reason"] = self.reason
-        return verdict
-
-
-def _record_problem(
-    position: int,
-    expected_position: int,
-    prev: bytes,
-    running: bytes,
-    body: str,
-    doc: Any,
-    stored_hash: bytes,
-    seq: int,
-    type_: str,
-) -> str | None:
-    if position != expected_position:
-        return f"record {expected_position} is missing: the next stored record is at position {position}"
-    if prev != running:
-        return f"chain broken at record {position}: its previous-hash does not match record {position - 1}"
-    raw = body.encode()
-    if link_hash(prev, raw) != stored_hash:
-        return f"hash mismatch at record {position}: its stored bytes were edited or corrupted"
-    parsed = orjson.loads(raw)
-    if b"\\u0000" in raw:
-        parsed = replace_nul(parsed)
-    if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
-        doc = orjson.loads(doc)
-    if parsed != doc or parsed.get("seq") != seq or parsed.get("type") != type_:
-        return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
-    return None
-
-
-def run_chain_verify(*, run: Run) -> ChainVerdict:
-    """Re-walk the run's chain in store order, streaming rows (a server-side cursor)."""
-    running = GENESIS
-    checked = 0
-    # A server-side cursor lives inside a transaction; rows stream instead of loading at once.
-    with transaction.atomic(), connection.connection.cursor(name="run_chain_verify") as cur:
-        cur.itersize = 2000
-        cur.execute(
-            "SELECT position, prev_hash, hash, body, doc, seq, type FROM ledger_runevent"
-            " WHERE run_id = %s ORDER BY position",
-            [run.pk],
-        )
-        for position, prev, stored_hash, body, doc, seq, type_ in cur:
-            problem = _record_problem(
-                position, checked, bytes(prev), running, body, doc, bytes(stored_hash), seq, type_
-            )
-            if problem:
-                return ChainVerdict(False, checked, checked, problem)
-            running = bytes(stored_hash)
-            checked += 1
-    if checked != run.chain_length or running != bytes(run.head_hash):
-        return ChainVerdict(
-            False,
-            checked,
-            checked,
-            f"the run's recorded head covers {run.chain_length} records but {checked} are stored: "
-            "records were removed from the end of the chain",
-        )
-    return ChainVerdict(True, checked)
 
 
 # --- asks --------------------------------------------------------------------------------------
@@ -393,26 +316,3 @@ def run_audit_bundle(*, run: Run) -> dict[str, Any]:
         "meta": {"runId": run.run_id},
     }
     return audit.build_bundle([genesis, *records], exported_at=int(time.time() * 1000))
-
-
-RUN_TAB_LIMIT = 200
-
-
-def run_overview(*, run: Run) -> dict[str, Any]:
-    """The run page's tabs: tool calls, verdicts, refusals and asks (each capped, in run order)."""
-    return {
-        "tool_calls": list(ToolCall.objects.filter(run=run).order_by("start_seq", "end_seq", "id")[:RUN_TAB_LIMIT]),
-        "decisions": list(run.decisions.order_by("seq")[:RUN_TAB_LIMIT]),
-        "verdicts": list(run.verdicts.order_by("seq")[:RUN_TAB_LIMIT]),
-        "refusals": list(run.refusals.order_by("seq")[:RUN_TAB_LIMIT]),
-        "asks": list(Ask.objects.filter(project=run.project, run_id=run.run_id).defer("checkpoint", "pause_data")),
-        "spans": _otlp_spans(run),
-    }
-
-
-def _otlp_spans(run: Run) -> list[Any]:
-    """For a run fed over OTLP: its spans, each with the seqs of the events it was mapped to."""
-    if run.source != Run.Source.OTLP or not run.run_id.startswith("otlp-"):
-        return []
-    spans = OtlpSpan.objects.filter(project=run.project, trace_id=run.run_id.removeprefix("otlp-"))
-    return list(spans.defer("raw").order_by("span_number")[:RUN_TAB_LIMIT])

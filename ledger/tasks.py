@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import connection
 
-from ledger.services import asks, webhooks
+from ledger.services import asks, integrity, webhooks
 
 
 @shared_task
@@ -29,3 +29,13 @@ def ask_deliver_webhook(delivery_id: int) -> None:
 @shared_task(acks_late=True)
 def asks_apply_deadlines() -> int:
     return asks.asks_apply_deadlines()
+
+
+@shared_task(acks_late=True)
+def integrity_check(check_id: int) -> None:
+    integrity.integrity_check_run(check_id=check_id)
+
+
+@shared_task(acks_late=True)
+def chain_anchors_write() -> int:
+    return integrity.chain_anchors_write()

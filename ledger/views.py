@@ -2,18 +2,20 @@
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from footprint_site.pages import HtmxHttpRequest, int_param, wants_partial
+from footprint_site.pages import HtmxHttpRequest, int_param, signed_in_user, wants_partial
 from ledger import selectors
+from ledger import selectors_run_page as run_page
 from ledger.exceptions import RunNotFound
 from ledger.forms import RunFilterForm
-from ledger.models import Run
+from ledger.models import IntegrityCheck, Run
+from ledger.selectors_integrity import integrity_check_latest
+from ledger.services import integrity
 
 RUNS_PER_PAGE = 50
-EVENTS_PER_PAGE = 100
 
 
 @require_GET
@@ -45,44 +47,123 @@ def _run_or_404(request: HttpRequest, project_slug: str, run_id: str) -> Run:
         raise Http404(exc.message) from None
 
 
-def _events_context(run: Run, after_seq: int) -> dict[str, object]:
-    events = selectors.run_events_page(run=run, after_seq=after_seq, limit=EVENTS_PER_PAGE)
-    return {
-        "run": run,
-        "events": events[:EVENTS_PER_PAGE],
-        "next_after_seq": events[EVENTS_PER_PAGE - 1].seq if len(events) > EVENTS_PER_PAGE else None,
-    }
+# The run page's tabs, in the order shown. Each is a URL of its own (shareable, works without
+# JavaScript); htmx swaps only the panel.
+TABS = {
+    "timeline": "Timeline",
+    "tree": "Tree",
+    "tools": "Tool calls",
+    "verdicts": "Verdicts",
+    "refusals": "Refusals",
+    "artifacts": "Artifacts",
+    "asks": "Asks",
+    "spans": "Spans",
+}
+
+
+def _timeline_context(run: Run, after_seq: int) -> dict[str, object]:
+    rows = run_page.run_timeline_page(run=run, after_seq=after_seq)
+    page = run_page.TIMELINE_PAGE
+    return {"events": rows[:page], "next_after_seq": rows[page - 1].seq if len(rows) > page else None}
+
+
+def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:
+    dispatches = run_page.run_dispatches(run=run, after_id=after_id)
+    page = run_page.DISPATCH_PAGE
+    more = len(dispatches) > page
+    return {"dispatches": dispatches[:page], "next_dispatch_after": dispatches[page - 1].call.pk if more else None}
+
+
+def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
+    """Only the open tab's data is read: a 100,000-event run costs one page, not the run."""
+    if tab == "timeline":
+        return _timeline_context(run, after_seq=int_param(request, "after_seq", -1))
+    if tab == "tree":
+        return {"tree": run_page.run_tree(run=run)}
+    if tab == "tools":
+        return _dispatch_context(run, after_id=int_param(request, "after", 0))
+    if tab == "verdicts":
+        return {
+            "moments": run_page.run_verdicts_by_moment(run=run),
+            "verdicts": run_page.run_permission_verdicts(run=run),
+        }
+    if tab == "refusals":
+        return {"refusals": run_page.run_refusals(run=run)}
+    if tab == "artifacts":
+        return run_page.run_artifact_activity(run=run)
+    if tab == "asks":
+        return {"asks": run_page.run_asks(run=run)}
+    return {"spans": run_page.run_otlp_spans(run=run)}
+
+
+def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, object] | None = None) -> HttpResponse:
+    context = {"run": run, "tab": tab, "tabs": TABS, **_tab_context(request, run, tab), **(extra or {})}
+    if wants_partial(request) and request.htmx.target == "tab-panel":
+        return render(request, "ledger/run_detail.html#tab-panel", context)
+    context["header"] = header = run_page.run_header(run=run)
+    context.setdefault("check", header.integrity)
+    return render(request, "ledger/run_detail.html", context)
 
 
 @require_GET
 @login_required
-def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
-    run = _run_or_404(request, project_slug, run_id)
-    return render(
-        request, "ledger/run_detail.html", {**_events_context(run, after_seq=-1), **selectors.run_overview(run=run)}
-    )
-
-
-@require_GET
-@login_required
-def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
-    """Re-walk the run's hash chain now and show the verdict (the panel, or the whole page)."""
-    run = _run_or_404(request, project_slug, run_id)
-    context = {"run": run, "verdict": selectors.run_chain_verify(run=run)}
-    if wants_partial(request):
-        return render(request, "ledger/run_detail.html#integrity", context)
-    return render(
-        request,
-        "ledger/run_detail.html",
-        {**context, **_events_context(run, after_seq=-1), **selectors.run_overview(run=run)},
-    )
+@vary_on_headers("HX-Request", "HX-Target")
+def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: str = "timeline") -> HttpResponse:
+    if tab not in TABS:
+        raise Http404(f"The run page has no tab '{tab}'.")
+    return _run_page(request, _run_or_404(request, project_slug, run_id), tab)
 
 
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
 def run_events(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
-    """The next page of a run's events: rows for htmx, the whole page otherwise."""
+    """The next page of the timeline: rows for htmx (infinite scroll), the whole page otherwise."""
     run = _run_or_404(request, project_slug, run_id)
-    template = "ledger/run_detail.html" + ("#event-page" if wants_partial(request) else "")
-    return render(request, template, _events_context(run, after_seq=int_param(request, "after_seq", -1)))
+    if wants_partial(request):
+        context = {"run": run, **_timeline_context(run, after_seq=int_param(request, "after_seq", -1))}
+        return render(request, "ledger/run_detail.html#event-page", context)
+    return _run_page(request, run, "timeline")
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_dispatches(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
+    """The next tool calls of the tool-call tab (htmx), or the whole page."""
+    run = _run_or_404(request, project_slug, run_id)
+    if wants_partial(request):
+        context = {"run": run, **_dispatch_context(run, after_id=int_param(request, "after", 0))}
+        return render(request, "ledger/run_detail.html#dispatch-page", context)
+    return _run_page(request, run, "tools")
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_event(request: HtmxHttpRequest, project_slug: str, run_id: str, position: int) -> HttpResponse:
+    """One record of the chain in the drawer: its payload and meta (escaped), and its hashes."""
+    run = _run_or_404(request, project_slug, run_id)
+    event = run_page.run_event_get(run=run, position=position)
+    if event is None:
+        raise Http404(f"Run '{run_id}' has no record at position {position}.")
+    template = "ledger/event_detail.html" + ("#drawer" if wants_partial(request) else "")
+    return render(request, template, {"run": run, "event": event})
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
+    """GET: the latest re-check of the run's chain. POST: start a new one (short chains are
+    walked at once, long ones by a worker whose progress the panel polls)."""
+    run = _run_or_404(request, project_slug, run_id)
+    check: IntegrityCheck | None
+    if request.method == "POST":
+        check = integrity.integrity_check_request(run=run, user=signed_in_user(request))
+        if not wants_partial(request):
+            return redirect("ledger:run-detail", project_slug, run_id)
+    else:
+        check = integrity_check_latest(run=run)
+    if wants_partial(request):
+        return render(request, "ledger/run_detail.html#integrity", {"run": run, "check": check})
+    return _run_page(request, run, "timeline", {"check": check})

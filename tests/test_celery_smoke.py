@@ -10,7 +10,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -20,6 +23,9 @@ from artifacts.scopes import Scope
 from artifacts.services import PutInput, artifact_put, store_for_project
 from artifacts.tasks import artifacts_sweep
 from footprint_site.celery import app
+from ledger.models import ChainAnchor, IntegrityCheck, Run
+from ledger.tasks import chain_anchors_write, integrity_check
+from tests.conftest import fixture_events
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -50,19 +56,25 @@ def _test_database_url() -> str:
     return f"postgres://{db['USER']}{password}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-def test_celery_worker_sweeps_an_expired_artifact(tmp_path: Path, project) -> None:
-    store = store_for_project(project=project)
-    meta, _ = artifact_put(
-        store=store,
-        scope=Scope(None, None, "smoke"),
-        spec=PutInput(kind="note", media_type="text/plain", payload={"shape": "text", "value": "bye"}),
-    )
-    store.clock_offset_ms = 0
-    Artifact.objects.filter(ref=meta["ref"]).update(expires_at=1)  # long expired
+@dataclass
+class Worker:
+    queue: str
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def run(self, task: Any, *args: Any) -> None:
+        """Send `task` to this worker alone and wait for its "succeeded" line."""
+        result = task.apply_async(args=args, queue=self.queue)
+        line = f"Task {task.name}[{result.id}]"
+        _wait_for(self.log, f"{line} succeeded", self.process, failure=f"{line} raised")
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[Worker]:
     queue = f"smoke-{uuid.uuid4().hex}"  # our own queue: no other worker can take the task
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
-        worker = subprocess.Popen(
+        process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -87,17 +99,45 @@ def test_celery_worker_sweeps_an_expired_artifact(tmp_path: Path, project) -> No
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait_for(log, "ready.", worker)
+        _wait_for(log, "ready.", process)
         assert app.conf.task_ignore_result
-        result = artifacts_sweep.apply_async(queue=queue)
-        task = f"Task artifacts.tasks.artifacts_sweep[{result.id}]"
-        _wait_for(log, f"{task} succeeded", worker, failure=f"{task} raised")
-        assert not Artifact.objects.filter(ref=meta["ref"]).exists()
-        assert Tombstone.objects.filter(ref=meta["ref"], reason="ttl").count() == 1
+        yield Worker(queue, log, process)
     finally:
-        worker.terminate()
+        process.terminate()
         try:
-            worker.wait(timeout=20)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+            process.kill()
+            process.wait()
+
+
+def test_celery_worker_sweeps_an_expired_artifact(worker: Worker, project) -> None:
+    store = store_for_project(project=project)
+    meta, _ = artifact_put(
+        store=store,
+        scope=Scope(None, None, "smoke"),
+        spec=PutInput(kind="note", media_type="text/plain", payload={"shape": "text", "value": "bye"}),
+    )
+    store.clock_offset_ms = 0
+    Artifact.objects.filter(ref=meta["ref"]).update(expires_at=1)  # long expired
+    worker.run(artifacts_sweep)
+    assert not Artifact.objects.filter(ref=meta["ref"]).exists()
+    assert Tombstone.objects.filter(ref=meta["ref"], reason="ttl").count() == 1
+
+
+def test_celery_worker_walks_a_queued_chain_check(worker: Worker, agent_client, project) -> None:
+    events = fixture_events("d-artifacts/events.json")
+    assert agent_client.ingest(events).status_code == 200
+    run = Run.objects.get(project=project)
+    check = IntegrityCheck.objects.create(run=run, records_total=run.chain_length)
+    worker.run(integrity_check, check.pk)
+    check.refresh_from_db()
+    assert (check.status, check.valid, check.records_checked) == ("done", True, 451)
+
+
+def test_celery_worker_anchors_chain_heads(worker: Worker, agent_client, project) -> None:
+    assert agent_client.ingest(fixture_events("a-run-recording/events.json")).status_code == 200
+    worker.run(chain_anchors_write)
+    anchor = ChainAnchor.objects.get(project=project)
+    assert anchor.number == 1
+    assert anchor.run_count == 1

@@ -381,6 +381,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
                     first_event_at = LEAST(first_event_at, %(first)s),
                     last_event_at = GREATEST(last_event_at, %(last)s),
                     agent_id = COALESCE(agent_id, %(agent_id)s),
+                    cost_usd = GREATEST(cost_usd, %(cost_usd)s),
                     updated_at = now()
                 WHERE id = %(pk)s
                 RETURNING event_count, max_seq
@@ -401,6 +402,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
                     "first": _ms_to_datetime(delta.first_wall_ms if delta else None),
                     "last": _ms_to_datetime(delta.last_wall_ms if delta else None),
                     "agent_id": delta.agent_id if delta else None,
+                    "cost_usd": delta.cost_usd if delta else None,
                 },
             )
             event_count, max_seq = cur.fetchone()  # type: ignore[misc]

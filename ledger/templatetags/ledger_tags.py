@@ -1,4 +1,5 @@
-from datetime import UTC, datetime
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -10,7 +11,22 @@ register = template.Library()
 @register.filter
 def pretty_json(body: str) -> str:
     """Indented JSON text of a stored event body. Autoescaping still applies where it is shown."""
-    return orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
+    try:
+        return orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
+    except orjson.JSONDecodeError:  # integers beyond 64 bits: the standard library keeps them exact
+        return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+
+
+@register.filter
+def duration(value: timedelta) -> str:
+    """'2 h 03 min', '4 min 05 s', '1.234 s'."""
+    seconds = value.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.3f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 @register.filter
@@ -27,3 +43,23 @@ def from_ms(value: Any) -> datetime | None:
 @register.filter
 def short_type(value: str) -> str:
     return value.removeprefix("agentfootprint.")
+
+
+@register.filter
+def json_part(body: str, key: str) -> str:
+    """One top-level member of a stored event body, indented; shown escaped like all payloads."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        document = json.loads(body)
+    if not isinstance(document, dict) or key not in document:
+        return "(absent)"
+    try:
+        return orjson.dumps(document[key], option=orjson.OPT_INDENT_2).decode()
+    except TypeError:
+        return json.dumps(document[key], indent=2, ensure_ascii=False)
+
+
+@register.filter
+def as_hex(value: bytes | memoryview) -> str:
+    return bytes(value).hex()

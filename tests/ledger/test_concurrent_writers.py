@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from ledger.models import Run, RunEvent
-from ledger.selectors import run_chain_verify
+from ledger.selectors_integrity import run_chain_verify
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db(transaction=True)

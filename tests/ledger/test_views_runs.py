@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 MAX_QUERIES = 10
 SCRIPT = "<script>alert(1)</script>"
 ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
-EVENT_ROW = re.compile(r'<tr class="event-row">\s*<td>(\d+)</td>')
+EVENT_ROW = re.compile(r'<tr class="event-row">\s*<td><a href="[^"]*/events/\d+/"[^>]*>(\d+)</a></td>')
 RUN_ROW = re.compile(r'<tr class="run-row">\s*<td><a href="[^"]*">([^<]*)</a></td>')
 TR_TAG = re.compile(r"<tr\b[^>]*>")
 LATER_LINK = re.compile(r'<a href="([^"]*/events/\?after_seq=(\d+))"')
@@ -255,14 +255,16 @@ def test_run_detail_escapes_event_payload(auditor_client: Client, agent_client: 
             _event("run-xss", 0, "agent.turn_start", {"userMessage": SCRIPT, SCRIPT: "key"}, sessionId=SCRIPT),
         ],
     )
+    page = _html(auditor_client.get(_run_url("run-xss")))
+    assert _event_seqs(page) == [0]
     for response in (
         auditor_client.get(_run_url("run-xss")),
-        auditor_client.get(_run_url("run-xss") + "events/?after_seq=-1", headers={"HX-Request": "true"}),
+        auditor_client.get(_run_url("run-xss") + "events/0/", headers={"HX-Request": "true"}),
+        auditor_client.get(_run_url("run-xss") + "events/0/"),
     ):
         html = _html(response)
         assert SCRIPT not in html
         assert ESCAPED_SCRIPT in html
-        assert _event_seqs(html) == [0]
 
 
 def test_run_list_escapes_session(auditor_client: Client, agent_client: Any) -> None:

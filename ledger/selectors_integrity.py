@@ -1,0 +1,159 @@
+"""Reads that prove a run's ledger was not edited: the chain walk and the signed anchors.
+
+A walk re-hashes every stored record in store order. It catches an edited, inserted or removed
+record, and a tail removed together with the run's own head columns as long as an anchor (a
+signed checkpoint kept apart from the rows, see `ledger.anchors`) saw the longer chain.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from django.db import connection
+
+from footprint_site.lib.chain import GENESIS, link_hash
+from ledger import anchors
+from ledger.envelopes import replace_nul
+from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run
+
+# Rows per query of the walk: each chunk is its own statement, so progress can be reported
+# between chunks without holding a transaction open for the whole of a long chain.
+WALK_CHUNK = 5000
+
+
+@dataclass
+class ChainVerdict:
+    valid: bool
+    records_checked: int
+    broken_at: int | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        verdict: dict[str, Any] = {"valid": self.valid, "recordsChecked": self.records_checked}
+        if not self.valid:
+            verdict["brokenAt"] = self.broken_at
+            verdict["reason"] = self.reason
+        return verdict
+
+
+def _record_problem(
+    position: int,
+    expected_position: int,
+    prev: bytes,
+    running: bytes,
+    body: str,
+    doc: Any,
+    stored_hash: bytes,
+    seq: int,
+    type_: str,
+) -> str | None:
+    if position != expected_position:
+        return f"record {expected_position} is missing: the next stored record is at position {position}"
+    if prev != running:
+        return f"chain broken at record {position}: its previous-hash does not match record {position - 1}"
+    raw = body.encode()
+    if link_hash(prev, raw) != stored_hash:
+        return f"hash mismatch at record {position}: its stored bytes were edited or corrupted"
+    parsed = orjson.loads(raw)
+    if b"\\u0000" in raw:
+        parsed = replace_nul(parsed)
+    if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
+        doc = orjson.loads(doc)
+    if parsed != doc or parsed.get("seq") != seq or parsed.get("type") != type_:
+        return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
+    return None
+
+
+def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None) -> ChainVerdict:
+    """Re-walk the run's chain up to the head it had when `run` was read.
+
+    Records appended while the walk runs are left for the next check. `progress` is called with
+    the number of records checked after each chunk.
+    """
+    total = run.chain_length
+    anchored = _latest_anchored_head(run)
+    anchored_hash: bytes | None = None
+    running = GENESIS
+    checked = 0
+    with connection.cursor() as cur:
+        while checked < total:
+            cur.execute(
+                "SELECT position, prev_hash, hash, body, doc, seq, type FROM ledger_runevent"
+                " WHERE run_id = %s AND position >= %s AND position < %s ORDER BY position LIMIT %s",
+                [run.pk, checked, total, WALK_CHUNK],
+            )
+            rows = cur.fetchall()
+            for position, prev, stored_hash, body, doc, seq, type_ in rows:
+                problem = _record_problem(
+                    position, checked, bytes(prev), running, body, doc, bytes(stored_hash), seq, type_
+                )
+                if problem:
+                    return ChainVerdict(False, checked, checked, problem)
+                running = bytes(stored_hash)
+                checked += 1
+                if anchored is not None and checked == anchored.chain_length:
+                    anchored_hash = running
+            if progress is not None:
+                progress(checked)
+            if len(rows) < WALK_CHUNK:
+                break
+    if checked != total or running != bytes(run.head_hash):
+        return ChainVerdict(
+            False,
+            checked,
+            checked,
+            f"the run's recorded head covers {total} records but {checked} are stored: "
+            "records were removed from the end of the chain",
+        )
+    if anchored is not None:
+        problem = _anchor_problem(anchored, checked, anchored_hash)
+        if problem:
+            return ChainVerdict(False, checked, min(checked, anchored.chain_length - 1), problem)
+    return ChainVerdict(True, checked)
+
+
+def _latest_anchored_head(run: Run) -> AnchoredHead | None:
+    return (
+        AnchoredHead.objects.select_related("anchor")
+        .filter(project_id=run.project_id, run_id=run.run_id)
+        .order_by("-chain_length", "-id")
+        .first()
+    )
+
+
+def _anchor_problem(anchored: AnchoredHead, stored: int, stored_hash: bytes | None) -> str | None:
+    anchor = anchored.anchor
+    when = anchor.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if not anchor_signature_holds(anchor):
+        return f"anchor {anchor.number} ({when}) no longer matches its signature: the anchors were edited"
+    if stored < anchored.chain_length:
+        return (
+            f"anchor {anchor.number} ({when}) saw {anchored.chain_length} records but {stored} are stored: "
+            "records were removed from the end of the chain"
+        )
+    if stored_hash != bytes(anchored.head_hash):
+        return (
+            f"record {anchored.chain_length - 1} is not the head anchor {anchor.number} ({when}) signed: "
+            "the chain was rewritten after it was anchored"
+        )
+    return None
+
+
+def anchor_signature_holds(anchor: ChainAnchor) -> bool:
+    heads = AnchoredHead.objects.filter(anchor=anchor).values_list("run_id", "chain_length", "head_hash")
+    digest = anchors.anchor_digest(
+        project_slug=anchor.project.slug,
+        number=anchor.number,
+        prev_digest=bytes(anchor.prev_digest),
+        heads=[(run_id, length, bytes(head)) for run_id, length, head in heads],
+    )
+    return digest == bytes(anchor.digest) and anchors.signature_matches(digest, bytes(anchor.signature))
+
+
+def integrity_check_latest(*, run: Run) -> IntegrityCheck | None:
+    return IntegrityCheck.objects.filter(run=run).select_related("requested_by").order_by("-id").first()
+
+
+def integrity_check_get(*, run: Run, check_id: int) -> IntegrityCheck | None:
+    return IntegrityCheck.objects.filter(run=run, pk=check_id).select_related("requested_by").first()

@@ -1,0 +1,396 @@
+"""Reads behind the run page: header, timeline, tree, dispatches, verdicts, artifacts.
+
+Built for runs of 100,000 events and more: every read here is bounded (one page, one node list,
+one tool call's steps) and walks an index; a payload is read only when a person opens it.
+"""
+
+import difflib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Subquery
+
+from artifacts.models import Artifact
+from ledger.models import Ask, MiddlewareDecision, OtlpSpan, PermissionVerdict, Refusal, Run, RunEvent, ToolCall
+from ledger.selectors_integrity import integrity_check_latest
+
+TIMELINE_PAGE = 100
+DISPATCH_PAGE = 25
+TAB_LIMIT = 200
+# Payload fields worth a glance in a timeline row: short scalars that say what happened.
+GIST_KEYS = (
+    "toolName",
+    "middleware",
+    "moment",
+    "outcome",
+    "kind",
+    "ref",
+    "reason",
+    "why",
+    "question",
+    "model",
+    "status",
+    "approved",
+    "by",
+)
+GIST_CHARS = 140
+
+
+@dataclass
+class TimelineRow:
+    seq: int
+    position: int
+    type: str
+    tool_call_id: str | None
+    wall_clock_ms: int | None
+    stage: str | None
+    gist: str
+
+
+def _gist(fields: Any) -> str:
+    """'toolName: lookup · outcome: deny' from the small object SQL picked out of the payload."""
+    if isinstance(fields, str):
+        fields = orjson.loads(fields)
+    if not isinstance(fields, dict):
+        return ""
+    parts = [f"{key}: {fields[key]}" for key in GIST_KEYS if key in fields]
+    text = " · ".join(parts)
+    return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
+
+
+# Only short scalar payload fields leave the database (footprint_payload_gist, migration 0002):
+# a timeline page never ships whole payloads.
+
+
+def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PAGE) -> list[TimelineRow]:
+    """Up to `limit + 1` events after `after_seq` in seq order (keyset on the run's seq index)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
+                   left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
+            FROM ledger_runevent e
+            WHERE e.run_id = %(run)s AND e.seq > %(after)s
+            ORDER BY e.seq LIMIT %(limit)s
+            """,
+            {"run": run.pk, "after": after_seq, "limit": limit + 1, "gist_keys": list(GIST_KEYS)},
+        )
+        return [
+            TimelineRow(seq, position, type_, call, wall, stage, _gist(gist))
+            for seq, position, type_, call, wall, stage, gist in cur.fetchall()
+        ]
+
+
+def run_event_get(*, run: Run, position: int) -> RunEvent | None:
+    """One stored record with its bytes, for the drawer. Server-authored records have no seq, so
+    records are addressed by their place in the chain."""
+    return RunEvent.objects.filter(run=run, position=position).first()
+
+
+@dataclass
+class RunHeader:
+    duration: timedelta | None
+    open_asks: int
+    integrity: Any
+    resumes: list[Run]
+    resumed_by: list[Run]
+
+
+def run_header(*, run: Run) -> RunHeader:
+    duration = run.last_event_at - run.first_event_at if run.first_event_at and run.last_event_at else None
+    open_asks = Ask.objects.filter(project_id=run.project_id, run_id=run.run_id, status=Ask.Status.OPEN).count()
+    resumes, resumed_by = _runs_sharing_tool_calls(run)
+    return RunHeader(duration, open_asks, integrity_check_latest(run=run), resumes, resumed_by)
+
+
+def _runs_sharing_tool_calls(run: Run) -> tuple[list[Run], list[Run]]:
+    """A resumed turn is a fresh run that finishes the paused run's tool call (spec §2.4): runs
+    sharing a tool call id are linked, earlier ones resumed by this run, later ones resuming it."""
+    call_ids = ToolCall.objects.filter(run=run).values("tool_call_id")
+    related = list(
+        Run.objects.filter(project_id=run.project_id, tool_calls__tool_call_id__in=Subquery(call_ids))
+        .exclude(pk=run.pk)
+        .distinct()
+        .only("run_id", "first_event_at", "status", "project_id")
+        .order_by("first_event_at", "pk")[:20]
+    )
+    key = (run.first_event_at, run.pk)
+    earlier = [r for r in related if (r.first_event_at or run.first_event_at, r.pk) < key]
+    return earlier, [r for r in related if r not in earlier]
+
+
+# --- tree -------------------------------------------------------------------------------------
+
+
+@dataclass
+class TreeNode:
+    label: str
+    depth: int
+    events: int
+    first_seq: int
+    last_seq: int
+    tool_calls: int = 0
+    refusals: int = 0
+    children: list["TreeNode"] = field(default_factory=list)
+
+
+_TREE_SQL = """
+WITH e AS (
+    SELECT seq, type,
+           COALESCE(doc -> 'meta' -> 'compositionPath', '[]'::jsonb) AS comp,
+           COALESCE(doc -> 'meta' -> 'subflowPath', '[]'::jsonb) AS sub,
+           COALESCE(doc -> 'meta' ->> 'iterIndex', doc -> 'payload' ->> 'iterIndex',
+                    doc -> 'payload' ->> 'iteration') AS it
+    FROM ledger_runevent WHERE run_id = %(run)s AND seq IS NOT NULL
+), grouped AS (
+    -- An event without an iteration number belongs to the last numbered one in its composition.
+    SELECT *, count(it) OVER (PARTITION BY comp ORDER BY seq) AS grp FROM e
+), carried AS (
+    SELECT *, first_value(it) OVER (PARTITION BY comp, grp ORDER BY seq) AS iteration FROM grouped
+)
+SELECT comp, sub, iteration, count(*), min(seq), max(seq),
+       count(*) FILTER (WHERE type = 'agentfootprint.stream.tool_start'),
+       count(*) FILTER (WHERE type = ANY(%(refusal_types)s))
+FROM carried GROUP BY comp, sub, iteration ORDER BY min(seq)
+"""
+# Types whose presence in a node is worth a badge; the exact refusal rules live in projections.
+_REFUSAL_TYPES = (
+    "agentfootprint.tools.result_refused",
+    "agentfootprint.artifacts.refused",
+    "agentfootprint.agent.output_contract_unmet",
+    "agentfootprint.permission.halt",
+)
+
+
+def run_tree(*, run: Run) -> list[TreeNode]:
+    """Composition path → subflow path → iteration, each node with its event count and seq range.
+
+    One pass over the run's events; the answer depends only on the stored chain, so it is cached
+    under the chain's length (new events make a new key).
+    """
+    key = f"run-tree:{run.pk}:{run.chain_length}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    with connection.cursor() as cur:
+        cur.execute(_TREE_SQL, {"run": run.pk, "refusal_types": list(_REFUSAL_TYPES)})
+        rows = cur.fetchall()
+    roots: dict[str, TreeNode] = {}
+    subs: dict[tuple[str, str], TreeNode] = {}
+    for comp, sub, iteration, count, first, last, tools, refusals in rows:
+        comp_label = _path_label(comp, "run root")
+        sub_label = _path_label(sub, "root flow")
+        root = roots.setdefault(comp_label, TreeNode(comp_label, 0, 0, first, last))
+        node = subs.get((comp_label, sub_label))
+        if node is None:
+            node = subs[(comp_label, sub_label)] = TreeNode(sub_label, 1, 0, first, last)
+            root.children.append(node)
+        leaf_label = f"iteration {iteration}" if iteration is not None else "before the first iteration"
+        node.children.append(TreeNode(leaf_label, 2, count, first, last, tools, refusals))
+        for parent in (root, node):
+            parent.events += count
+            parent.first_seq = min(parent.first_seq, first)
+            parent.last_seq = max(parent.last_seq, last)
+            parent.tool_calls += tools
+            parent.refusals += refusals
+    tree = list(roots.values())
+    cache.set(key, tree, timeout=3600)
+    return tree
+
+
+def _path_label(path: Any, empty: str) -> str:
+    if isinstance(path, str):
+        path = orjson.loads(path)
+    if isinstance(path, list) and path:
+        return " / ".join(str(part) for part in path)
+    return empty
+
+
+# --- tool call dispatches ---------------------------------------------------------------------
+
+
+@dataclass
+class DispatchStep:
+    seq: int | None
+    position: int
+    run_id: str
+    stage: str
+    gist: str
+    is_refusal: bool
+
+
+@dataclass
+class Dispatch:
+    call: ToolCall
+    steps: list[DispatchStep]
+    asks: list[Ask]
+
+
+def _stage_of(type_: str, moment: str | None) -> str:
+    short = type_.removeprefix("agentfootprint.")
+    if short == "middleware.decision":
+        return f"{moment or 'middleware'} decision"
+    return _STAGES.get(short, short)
+
+
+_STAGES = {
+    "permission.check": "permission",
+    "permission.halt": "permission halt",
+    "validation.args_invalid": "argument validation",
+    "validation.args_repaired": "argument validation",
+    "checkin.request": "check-in asked",
+    "checkin.decision": "check-in decided",
+    "pause.request": "ask (run paused)",
+    "artifacts.resolved": "wants resolved",
+    "artifacts.refused": "wants refused",
+    "artifacts.presented": "artifact presented",
+    "stream.tool_start": "execution started",
+    "stream.tool_progress": "execution progress",
+    "stream.tool_end": "execution ended",
+    "tools.effect": "effect",
+    "tools.result_refused": "result ceiling",
+}
+
+
+def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -> list[Dispatch]:
+    """Up to `limit + 1` tool calls of the run (in call order) with every step of their dispatch,
+    in order, including steps a resumed run recorded under the same tool call id."""
+    calls = list(
+        ToolCall.objects.filter(run=run, pk__gt=after_id).order_by("pk")[: limit + 1]
+    )  # pk order is first-seen order
+    if not calls:
+        return []
+    ids = [call.tool_call_id for call in calls]
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT e.tool_call_id, e.seq, e.position, r.run_id, e.type, e.doc -> 'payload' ->> 'moment',
+                   footprint_payload_gist(e.doc, %(gist_keys)s)
+            FROM ledger_runevent e JOIN ledger_run r ON r.id = e.run_id
+            WHERE e.tool_call_id = ANY(%(ids)s)
+              AND e.run_id IN (SELECT t.run_id FROM ledger_toolcall t JOIN ledger_run tr ON tr.id = t.run_id
+                               WHERE t.tool_call_id = ANY(%(ids)s) AND tr.project_id = %(project)s)
+            ORDER BY r.first_event_at NULLS FIRST, r.id, e.position
+            """,
+            {"ids": ids, "project": run.project_id, "gist_keys": list(GIST_KEYS)},
+        )
+        steps: dict[str, list[DispatchStep]] = {call_id: [] for call_id in ids}
+        for call_id, seq, position, run_id, type_, moment, gist in cur.fetchall():
+            text = _gist(gist)
+            steps[call_id].append(
+                DispatchStep(seq, position, run_id, _stage_of(type_, moment), text, _is_refusal_gist(type_, text))
+            )
+    asks: dict[str, list[Ask]] = {}
+    for ask in Ask.objects.filter(project_id=run.project_id, tool_call_id__in=ids).defer("checkpoint", "pause_data"):
+        asks.setdefault(ask.tool_call_id or "", []).append(ask)
+    return [Dispatch(call, steps[call.tool_call_id], asks.get(call.tool_call_id, [])) for call in calls]
+
+
+def _is_refusal_gist(type_: str, gist: str) -> bool:
+    return (
+        "outcome: deny" in gist
+        or "outcome: refused" in gist
+        or "approved: False" in gist
+        or type_.endswith(("_refused", ".refused", ".halt"))
+    )
+
+
+# --- verdicts, artifacts ----------------------------------------------------------------------
+
+MOMENTS = ("input", "before-tool", "after-tool", "output")
+
+
+@dataclass
+class DiffLine:
+    kind: str  # "add", "del", "same" or "hunk"
+    text: str
+
+
+@dataclass
+class VerdictRow:
+    decision: MiddlewareDecision
+    diff: list[DiffLine]
+
+
+def run_verdicts_by_moment(*, run: Run) -> list[tuple[str, list[VerdictRow]]]:
+    """Middleware decisions grouped by moment in the spec's order (others after), each with a
+    line diff of before/after where a recording supplied them."""
+    grouped: dict[str, list[VerdictRow]] = {}
+    for decision in run.decisions.order_by("seq")[:TAB_LIMIT]:
+        grouped.setdefault(decision.moment, []).append(VerdictRow(decision, _diff(decision)))
+    order = [m for m in MOMENTS if m in grouped] + sorted(m for m in grouped if m not in MOMENTS)
+    return [(moment, grouped[moment]) for moment in order]
+
+
+def _diff(decision: MiddlewareDecision) -> list[DiffLine]:
+    if decision.before is None and decision.after is None:
+        return []
+    before = orjson.dumps(decision.before, option=orjson.OPT_INDENT_2).decode().splitlines()
+    after = orjson.dumps(decision.after, option=orjson.OPT_INDENT_2).decode().splitlines()
+    lines: list[DiffLine] = []
+    for line in list(difflib.unified_diff(before, after, "before", "after", lineterm="", n=2))[2:]:
+        kind = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "same")
+        lines.append(DiffLine(kind, line))
+    return lines
+
+
+_ARTIFACT_EVENT_TYPES = tuple(
+    f"agentfootprint.artifacts.{name}" for name in ("minted", "resolved", "expired", "refused", "presented")
+)
+
+
+def run_artifact_activity(*, run: Run) -> dict[str, Any]:
+    """Artifact events of the run (minted, resolved, expired, refused, presented) and the stored
+    artifacts whose origin is this run."""
+    events = run_events_of_types(run=run, types=_ARTIFACT_EVENT_TYPES)
+    stored = list(
+        Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id)
+        .defer("origin")
+        .order_by("created_at")[:TAB_LIMIT]
+    )
+    return {"artifact_events": events, "stored_artifacts": stored}
+
+
+def run_events_of_types(*, run: Run, types: tuple[str, ...]) -> list[TimelineRow]:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
+                   left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
+            FROM ledger_runevent e WHERE e.run_id = %(run)s AND e.type = ANY(%(types)s)
+            ORDER BY e.position LIMIT %(limit)s
+            """,
+            {"run": run.pk, "types": list(types), "limit": TAB_LIMIT, "gist_keys": list(GIST_KEYS)},
+        )
+        return [
+            TimelineRow(seq, position, type_, call, wall, stage, _gist(gist))
+            for seq, position, type_, call, wall, stage, gist in cur.fetchall()
+        ]
+
+
+def run_permission_verdicts(*, run: Run) -> list[PermissionVerdict]:
+    return list(run.verdicts.order_by("seq")[:TAB_LIMIT])
+
+
+def run_refusals(*, run: Run) -> list[Refusal]:
+    return list(run.refusals.order_by("seq")[:TAB_LIMIT])
+
+
+def run_asks(*, run: Run) -> list[Ask]:
+    return list(
+        Ask.objects.filter(project_id=run.project_id, run_id=run.run_id)
+        .defer("checkpoint", "pause_data")
+        .order_by("created_at", "pk")[:TAB_LIMIT]
+    )
+
+
+def run_otlp_spans(*, run: Run) -> list[OtlpSpan]:
+    """For a run fed over OTLP: its spans, each with the seqs of the events it was mapped to."""
+    if run.source != Run.Source.OTLP or not run.run_id.startswith("otlp-"):
+        return []
+    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=run.run_id.removeprefix("otlp-"))
+    return list(spans.defer("raw").order_by("span_number")[:TAB_LIMIT])

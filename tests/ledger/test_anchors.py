@@ -1,0 +1,107 @@
+"""Chain anchors: signed checkpoints of every run's head, kept apart from the rows they cover.
+
+The attacks here have write access to the database but not to FOOTPRINT_ANCHOR_KEY: they cut
+the tail of a run and rewrite the run's own head columns to match, which the chain alone cannot
+notice; the anchor does.
+"""
+
+import pytest
+from django.db import connection
+
+from ledger import selectors_integrity
+from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run, RunEvent
+from ledger.selectors_integrity import run_chain_verify
+from ledger.services.integrity import chain_anchors_write, integrity_check_request
+from tests.conftest import fixture_events
+
+pytestmark = pytest.mark.django_db
+RUN_ID = "run-1796043007829-1"  # a-run-recording: 76 events
+
+
+@pytest.fixture
+def run(agent_client, project) -> Run:
+    assert agent_client.ingest(fixture_events("a-run-recording/events.json")).status_code == 200
+    return Run.objects.get(project=project, run_id=RUN_ID)
+
+
+def cut_tail(run: Run, keep: int) -> None:
+    """Delete every record from `keep` on and make the run row agree, as a careful forger would."""
+    last = RunEvent.objects.get(run=run, position=keep - 1)
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM ledger_runevent WHERE run_id = %s AND position >= %s", [run.pk, keep])
+        cur.execute(
+            "UPDATE ledger_run SET chain_length = %s, event_count = %s, head_hash = %s WHERE id = %s",
+            [keep, keep, bytes(last.hash), run.pk],
+        )
+
+
+def test_a_cut_tail_with_a_rewritten_head_passes_the_chain_walk_without_an_anchor(run):
+    cut_tail(run, keep=70)
+    run.refresh_from_db()
+    assert run_chain_verify(run=run).valid  # why anchors exist
+
+
+def test_the_anchor_detects_a_cut_tail_with_a_rewritten_head(run, agent_client):
+    assert chain_anchors_write() == 1
+    cut_tail(run, keep=70)
+    run.refresh_from_db()
+    verdict = run_chain_verify(run=run)
+    assert not verdict.valid
+    assert "anchor 1" in verdict.reason
+    assert "saw 76 records but 70 are stored" in verdict.reason
+    body = agent_client.get(f"/api/v1/runs/{RUN_ID}/verify").json()
+    assert body["valid"] is False
+    assert "removed from the end" in body["reason"]
+
+
+def test_the_anchor_detects_a_rewritten_chain_of_the_same_length(run):
+    chain_anchors_write()
+    head = RunEvent.objects.get(run=run, position=75)
+    forged = bytes(32)
+    RunEvent.objects.filter(pk=head.pk).update(hash=forged)
+    Run.objects.filter(pk=run.pk).update(head_hash=forged)
+    run.refresh_from_db()
+    verdict = run_chain_verify(run=run)
+    assert not verdict.valid  # the walk itself catches the hash; the anchor agrees
+
+
+def test_an_edited_anchor_is_reported_as_edited(run):
+    chain_anchors_write()
+    AnchoredHead.objects.update(chain_length=70)
+    cut_tail(run, keep=70)
+    run.refresh_from_db()
+    verdict = run_chain_verify(run=run)
+    assert not verdict.valid
+    assert "no longer matches its signature" in verdict.reason
+
+
+def test_anchors_cover_only_what_grew_and_chain_to_each_other(run, agent_client):
+    assert chain_anchors_write() == 1
+    assert chain_anchors_write() == 0  # nothing new: no anchor
+    more = [{**e, "seq": e["seq"]} for e in fixture_events("e-tool-effects/events.json")]
+    assert agent_client.ingest(more).status_code == 200
+    assert chain_anchors_write() == 1
+    first, second = ChainAnchor.objects.order_by("number")
+    assert second.number == 2
+    assert bytes(second.prev_digest) == bytes(first.digest)
+    assert second.run_count == 1  # only the new run grew
+    assert all(selectors_integrity.anchor_signature_holds(a) for a in (first, second))
+
+
+def test_an_anchor_signed_with_another_key_does_not_hold(run, settings):
+    chain_anchors_write()
+    settings.FOOTPRINT_ANCHOR_KEY = "another key"
+    assert not selectors_integrity.anchor_signature_holds(ChainAnchor.objects.get())
+
+
+def test_the_walk_reports_progress_chunk_by_chunk(run, monkeypatch):
+    monkeypatch.setattr(selectors_integrity, "WALK_CHUNK", 20)
+    seen: list[int] = []
+    assert run_chain_verify(run=run, progress=seen.append).valid
+    assert seen == [20, 40, 60, 76]
+
+
+def test_a_check_request_on_a_short_chain_answers_at_once(run, auditor):
+    check = integrity_check_request(run=run, user=auditor)
+    assert (check.status, check.valid, check.records_checked) == ("done", True, 76)
+    assert IntegrityCheck.objects.get().requested_by == auditor
