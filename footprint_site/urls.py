@@ -17,4 +17,5 @@ urlpatterns = [
     path("", include("artifacts.urls")),
     path("", include("ledger.urls_asks")),
     path("", include("ledger.urls_refusals")),
+    path("", include("ledger.urls_audits")),
 ]

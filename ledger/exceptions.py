@@ -69,3 +69,8 @@ class RefusalNotFound(LedgerError):
 
     status = 404
     code = "ERR_REFUSAL_NOT_FOUND"
+
+
+class AuditBundleInvalid(LedgerError):
+    status = 422
+    code = "ERR_INVALID_AUDIT_BUNDLE"

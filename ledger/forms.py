@@ -3,7 +3,7 @@ from typing import Any
 import orjson
 from django import forms
 
-from ledger.models import Run
+from ledger.models import Project, Run
 from ledger.selectors import RunFilter
 
 
@@ -63,3 +63,21 @@ class RunFilterForm(forms.Form):
             has_open_asks=bool(data.get("has_open_asks")),
             text=data.get("q") or None,
         )
+
+
+class AuditBundleUploadForm(forms.Form):
+    """A bundle file and the project whose stored chain it is checked against."""
+
+    project = forms.ModelChoiceField(queryset=Project.objects.none(), empty_label=None)
+    bundle = forms.FileField(label="Bundle (agentfootprint.audit/1 JSON, or drained segments)")
+
+    def __init__(self, *args: Any, projects: Any, max_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = projects  # type: ignore[attr-defined]
+        self.max_bytes = max_bytes
+
+    def clean_bundle(self) -> bytes:
+        upload = self.cleaned_data["bundle"]
+        if upload.size > self.max_bytes:
+            raise forms.ValidationError(f"The bundle is {upload.size} bytes; the limit is {self.max_bytes} bytes.")
+        return bytes(upload.read())

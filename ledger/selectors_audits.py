@@ -1,0 +1,83 @@
+"""Reads of audit bundles: the verdict on a body (stored or not), and the stored bundles."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser, User
+
+from ledger.audit import ZERO_HASH, verify_bundles
+from ledger.envelopes import parse_json
+from ledger.exceptions import AuditBundleInvalid
+from ledger.models import AuditBundle, Project
+from ledger.selectors import projects_for_user
+
+
+@dataclass
+class BundleCheck:
+    segments: list[dict[str, Any]]
+    verdict: dict[str, Any]
+    previous: AuditBundle | None  # the stored bundle this one continues, if any
+
+
+def _segments_of(document: Any) -> list[dict[str, Any]]:
+    if isinstance(document, dict) and "segments" in document and "header" not in document:
+        document = document["segments"]
+    segments = document if isinstance(document, list) else [document]
+    if not segments or not all(isinstance(s, dict) and isinstance(s.get("header"), dict) for s in segments):
+        raise AuditBundleInvalid(
+            "The body is an agentfootprint.audit/1 bundle {header, records, finalHash}, a list of drained "
+            "segments in order, or {segments: [...]}."
+        )
+    return segments
+
+
+def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
+    """The framework's `verifyAuditBundle` answer plus `continuity`: how the first segment joins
+    the chain already stored for this project: `genesis` (it starts a chain), `continues` (its
+    chainHead is a stored bundle's finalHash and its firstSeq follows on), or `unanchored` (its
+    predecessor was never imported here). A firstSeq that does not follow the stored predecessor
+    makes the verdict invalid."""
+    segments = _segments_of(parse_json(body))
+    verdict = verify_bundles(segments if len(segments) > 1 else segments[0])
+    head, first_seq = segments[0]["header"].get("chainHead"), segments[0]["header"].get("firstSeq")
+    previous = AuditBundle.objects.filter(project=project, final_hash=head).order_by("-id").first()
+    if head == ZERO_HASH:
+        continuity: dict[str, Any] = {"state": "genesis"}
+    elif previous is None:
+        continuity = {"state": "unanchored"}
+    else:
+        expected = (previous.first_seq or 0) + previous.record_count
+        continuity = {"state": "continues", "bundleId": previous.pk}
+        if first_seq != expected:
+            continuity = {"state": "broken", "bundleId": previous.pk}
+            verdict = {
+                "valid": False,
+                "recordsChecked": 0,
+                "brokenAt": expected,
+                "reason": f"segment discontinuity — firstSeq {first_seq} does not follow the stored chain, "
+                f"which continues at {expected}",
+            }
+    return BundleCheck(segments, {**verdict, "continuity": continuity}, previous)
+
+
+def audit_bundle_broken_record(*, body: bytes, verdict: dict[str, Any]) -> dict[str, Any] | None:
+    """The record the verdict names (`brokenAt` is a seq), to show what was found wrong."""
+    broken_at = verdict.get("brokenAt")
+    if verdict.get("valid") or not isinstance(broken_at, int):
+        return None
+    for segment in _segments_of(parse_json(body)):
+        for record in segment.get("records") or []:
+            if isinstance(record, dict) and record.get("seq") == broken_at:
+                return record
+    return None
+
+
+def audit_bundles_for_user(*, user: User | AnonymousUser, limit: int = 100) -> list[AuditBundle]:
+    bundles = AuditBundle.objects.filter(project__in=projects_for_user(user)).select_related("project")
+    return list(bundles.defer("body").order_by("-id")[:limit])
+
+
+def audit_bundle_get_for_user(*, user: User | AnonymousUser, bundle_id: int) -> AuditBundle | None:
+    return (
+        AuditBundle.objects.filter(project__in=projects_for_user(user), pk=bundle_id).select_related("project").first()
+    )
