@@ -152,6 +152,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "asks-deadlines": {"task": "ledger.tasks.asks_apply_deadlines", "schedule": 5.0},
+    "search-index": {
+        "task": "ledger.tasks.search_index_pending",
+        "schedule": env.float("FOOTPRINT_SEARCH_INDEX_EVERY_SECONDS", default=5.0),
+    },
     "chain-anchors": {
         "task": "ledger.tasks.chain_anchors_write",
         "schedule": env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0),

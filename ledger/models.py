@@ -7,6 +7,8 @@ used as the evidence of record.
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models.functions import Now
 
@@ -97,6 +99,9 @@ class Run(models.Model):
     # The chain: `chain_length` rows with positions 0..chain_length-1, the last one hashing to head.
     chain_length = models.IntegerField(default=0)
     head_hash = models.BinaryField(max_length=32, default=bytes(32))
+    # Records [0, search_indexed) are in the full-text index (RunSearchChunk); the worker catches
+    # up in the background, and searches read the rest of the chain directly.
+    search_indexed = models.IntegerField(db_default=0)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -105,6 +110,11 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["project", "-created_at", "-id"], name="run_list_newest"),
             models.Index(fields=["project", "session_id"], name="run_by_session"),
+            models.Index(
+                fields=["id"],
+                name="run_search_pending",
+                condition=models.Q(chain_length__gt=models.F("search_indexed")),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -157,6 +167,26 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class RunSearchChunk(models.Model):
+    """Full-text index of a run's stored events, a chunk of consecutive records per row.
+
+    Written by the worker after ingestion (never on the request path, so indexing costs agents no
+    latency); derived data, rebuilt from the chain at will.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    first_position = models.IntegerField()
+    last_position = models.IntegerField()
+    document = SearchVectorField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "first_position"], name="search_chunk_once")]
+        indexes = [GinIndex(fields=["document"], name="search_chunk_document")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}[{self.first_position}..{self.last_position}]"
 
 
 class ToolCall(models.Model):

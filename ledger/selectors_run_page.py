@@ -51,13 +51,14 @@ class TimelineRow:
     gist: str
 
 
-def _gist(fields: Any) -> str:
-    """'toolName: lookup · outcome: deny' from the small object SQL picked out of the payload."""
+def _gist(fields: Any, shown: tuple[str, ...] = ()) -> str:
+    """'toolName: lookup · outcome: deny' from the small object SQL picked out of the payload;
+    `shown` keys are already on screen beside it."""
     if isinstance(fields, str):
         fields = orjson.loads(fields)
     if not isinstance(fields, dict):
         return ""
-    parts = [f"{key}: {fields[key]}" for key in GIST_KEYS if key in fields]
+    parts = [f"{key}: {fields[key]}" for key in GIST_KEYS if key in fields and key not in shown]
     text = " · ".join(parts)
     return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
 
@@ -280,7 +281,7 @@ def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -
         )
         steps: dict[str, list[DispatchStep]] = {call_id: [] for call_id in ids}
         for call_id, seq, position, run_id, type_, moment, gist in cur.fetchall():
-            text = _gist(gist)
+            text = _gist(gist, shown=("toolName", "moment"))
             steps[call_id].append(
                 DispatchStep(seq, position, run_id, _stage_of(type_, moment), text, _is_refusal_gist(type_, text))
             )

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import connection
 
-from ledger.services import asks, integrity, webhooks
+from ledger.services import asks, integrity, search, webhooks
 
 
 @shared_task
@@ -39,3 +39,8 @@ def integrity_check(check_id: int) -> None:
 @shared_task(acks_late=True)
 def chain_anchors_write() -> int:
     return integrity.chain_anchors_write()
+
+
+@shared_task(acks_late=True)
+def search_index_pending() -> int:
+    return search.search_index_pending()

@@ -98,7 +98,7 @@ def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
 
 def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, object] | None = None) -> HttpResponse:
     context = {"run": run, "tab": tab, "tabs": TABS, **_tab_context(request, run, tab), **(extra or {})}
-    if wants_partial(request) and request.htmx.target == "tab-panel":
+    if wants_partial(request) and request.htmx.target == "run-tabs":
         return render(request, "ledger/run_detail.html#tab-panel", context)
     context["header"] = header = run_page.run_header(run=run)
     context.setdefault("check", header.integrity)

@@ -391,11 +391,11 @@ def test_otlp_run_is_readable_only_by_its_own_project(agent_client, other_agent_
 def test_otlp_run_appears_on_the_run_page(agent_client, auditor_client):
     _post_json(agent_client, _fixture())
 
-    response = auditor_client.get(f"/projects/acme/runs/{RUN_ID}/")
+    response = auditor_client.get(f"/projects/acme/runs/{RUN_ID}/tab/tools/")
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert html.count('class="tool-call-row"') == 3
+    assert html.count('class="dispatch"') == 3
     assert "track_parcel" in html
     assert "with gaps" not in html
 

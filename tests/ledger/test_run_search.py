@@ -1,6 +1,7 @@
 """Run list filters: full-text search over payloads, tool, agent, refusals and open asks."""
 
 import pytest
+from django.db.models import F
 
 from ledger.services import ask_open
 from tests.conftest import fixture_events
@@ -60,3 +61,29 @@ def test_run_list_page_keeps_filters_in_the_url_and_searches(auditor_client, run
     assert runs["b-middleware"] in html
     assert runs["a-run-recording"] not in html
     assert 'value="ACC-900"' in html
+
+
+def test_search_finds_the_same_runs_before_and_after_the_worker_indexes(agent_client, runs):
+    from ledger.models import Run, RunSearchChunk
+    from ledger.services.search import search_index_pending
+
+    before = {q: _listed(agent_client, f"q={q}") for q in ("ACC-900", "track_parcel", "nothing+like+it")}
+    assert search_index_pending() == sum(Run.objects.values_list("chain_length", flat=True))
+    assert not Run.objects.filter(search_indexed__lt=F("chain_length")).exists()
+    assert RunSearchChunk.objects.exists()
+    assert {q: _listed(agent_client, f"q={q}") for q in before} == before
+    assert search_index_pending() == 0  # nothing new: nothing done
+
+
+def test_events_stored_after_the_last_index_pass_are_found_too(agent_client, runs):
+    from ledger.services.search import search_index_pending
+
+    search_index_pending()
+    late = {
+        "seq": 0,
+        "type": "agentfootprint.agent.turn_start",
+        "payload": {"userPrompt": "zanzibar"},
+        "meta": {"runId": "run-late", "wallClockMs": 1, "runOffsetMs": 0},
+    }
+    assert agent_client.ingest([late]).status_code == 200
+    assert _listed(agent_client, "q=zanzibar") == ["run-late"]
