@@ -26,8 +26,11 @@ ERRORS = {
     403: ErrorOut,
     404: ErrorOut,
     413: ErrorOut,
+    415: ErrorOut,
     422: ErrorOut,
+    429: ErrorOut,
     500: ErrorOut,
+    503: ErrorOut,
 }
 PUT_FIELDS = {"kind", "mediaType", "label", "digest", "expiresAt", "origin", "parentRefs", "payload"}
 SCOPE_HEADER = {
@@ -47,8 +50,10 @@ def _store(request: HttpRequest) -> ArtifactStore:
     return services.store_for_project(project=project_of(request))
 
 
-def _scope(request: HttpRequest) -> Scope:
-    return scope_from_header(request.headers.get("AF-Scope"))
+def _store_and_scope(request: HttpRequest) -> tuple[ArtifactStore, Scope]:
+    """The scope first: a malformed AF-Scope is refused before the project's store is created."""
+    scope = scope_from_header(request.headers.get("AF-Scope"))
+    return _store(request), scope
 
 
 def _json_body(request: HttpRequest) -> Any:
@@ -83,7 +88,8 @@ def put_artifact(request: HttpRequest) -> HttpResponse:
         parent_refs=document.get("parentRefs"),
         present=set(document),
     )
-    meta, swept = services.artifact_put(store=_store(request), scope=_scope(request), spec=spec)
+    store, scope = _store_and_scope(request)
+    meta, swept = services.artifact_put(store=store, scope=scope, spec=spec)
     return json_response({"meta": meta, "swept": [s.as_json() for s in swept]}, status=201)
 
 
@@ -123,9 +129,10 @@ def resolve_wants(request: HttpRequest) -> HttpResponse:
     document = _json_body(request)
     if not isinstance(document, dict) or not isinstance(document.get("toolName"), str):
         raise InvalidWants("The body is {toolName, wants, args, inputSchema?}.")
+    store, scope = _store_and_scope(request)
     result = wants_resolve(
-        store=_store(request),
-        scope=_scope(request),
+        store=store,
+        scope=scope,
         tool_name=document["toolName"],
         wants=document.get("wants"),
         args=document.get("args"),
@@ -137,9 +144,8 @@ def resolve_wants(request: HttpRequest) -> HttpResponse:
 @router.get("", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
 def list_artifacts(request: HttpRequest, limit: int | None = None, cursor: str | None = None) -> HttpResponse:
     """The scope's live artifacts, newest first, metadata only (limit ≤ 200; opaque cursor)."""
-    page, next_cursor = selectors.artifact_list(
-        store=_store(request), scope=_scope(request), limit=limit, cursor=cursor
-    )
+    store, scope = _store_and_scope(request)
+    page, next_cursor = selectors.artifact_list(store=store, scope=scope, limit=limit, cursor=cursor)
     body: dict[str, Any] = {"artifacts": [selectors.meta_of(a) for a in page]}
     if next_cursor:
         body["cursor"] = next_cursor
@@ -148,18 +154,21 @@ def list_artifacts(request: HttpRequest, limit: int | None = None, cursor: str |
 
 @router.get("/{ref}/meta", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
 def head_artifact(request: HttpRequest, ref: str) -> HttpResponse:
-    artifact = selectors.artifact_head(store=_store(request), scope=_scope(request), ref=ref)
+    store, scope = _store_and_scope(request)
+    artifact = selectors.artifact_head(store=store, scope=scope, ref=ref)
     return json_response({"meta": selectors.meta_of(artifact)})
 
 
 @router.get("/{ref}", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
 def get_artifact(request: HttpRequest, ref: str) -> HttpResponse:
     """Meta and payload; refuses (500 ERR_ARTIFACT_INTEGRITY) bytes that no longer match their digest."""
-    artifact, body = selectors.artifact_get(store=_store(request), scope=_scope(request), ref=ref)
+    store, scope = _store_and_scope(request)
+    artifact, body = selectors.artifact_get(store=store, scope=scope, ref=ref)
     return json_response({"meta": selectors.meta_of(artifact), "payload": payload_out(artifact.payload_shape, body)})
 
 
 @router.delete("/{ref}", response={204: None, **ERRORS}, openapi_extra=SCOPE_HEADER)
 def delete_artifact(request: HttpRequest, ref: str) -> HttpResponse:
-    services.artifact_delete(store=_store(request), scope=_scope(request), ref=ref)
+    store, scope = _store_and_scope(request)
+    services.artifact_delete(store=store, scope=scope, ref=ref)
     return HttpResponse(status=204)

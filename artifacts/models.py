@@ -10,6 +10,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
 
+from footprint_site.lib.jsonb import JsonbDecoder
 from ledger.models import Project
 
 DAY_MS = 86_400_000
@@ -73,7 +74,7 @@ class Artifact(models.Model):
     created_at = models.BigIntegerField()
     expires_at = models.BigIntegerField(null=True, blank=True)
     expiry_bucket = models.DateField()
-    origin = models.JSONField(null=True, blank=True)
+    origin = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
     origin_run_id = models.TextField(null=True, blank=True)
     parent_refs = ArrayField(models.TextField(), null=True, blank=True)
     payload_shape = models.CharField(max_length=8, choices=Shape.choices)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import orjson
 
 from artifacts.exceptions import InvalidScope
+from ledger.envelopes import parse_json
+from ledger.exceptions import MalformedBody
 
 SCOPE_FIELDS = ("tenant", "principal", "conversationId")
 MAX_FIELD_CHARS = 1024
@@ -66,9 +68,11 @@ def scope_from_header(header: str | None) -> Scope:
         raise InvalidScope(f"This operation needs a scope. {HEADER_HELP}")
     try:
         raw = base64.urlsafe_b64decode(header.strip() + "=" * (-len(header.strip()) % 4))
-        document = orjson.loads(raw)
+        document = parse_json(raw)
     except (binascii.Error, ValueError):
         raise InvalidScope(f"The AF-Scope header is not base64url-encoded JSON. {HEADER_HELP}") from None
+    except MalformedBody as exc:
+        raise InvalidScope(f"The AF-Scope header's JSON is not usable: {exc.message} {HEADER_HELP}") from None
     return scope_from_json(document)
 
 

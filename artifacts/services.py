@@ -83,6 +83,11 @@ def _check_put(spec: PutInput, now: int) -> None:
         value = spec.expires_at
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise InvalidArtifact("expiresAt must be a finite number (unix milliseconds).")
+        if value > LAST_EXPIRY_MS:
+            raise InvalidArtifact(
+                f"expiresAt {value} is after 9999-12-31 ({LAST_EXPIRY_MS}): "
+                "omit it for an artifact that does not expire."
+            )
         if value <= now:
             raise InvalidArtifact(
                 f"expiresAt {value} is not after the store's current time {now}: the artifact would be "
@@ -101,6 +106,7 @@ def _check_put(spec: PutInput, now: int) -> None:
 
 
 # Fragments of SQL kept as constants; no value is ever formatted into a query.
+LAST_EXPIRY_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last day a partition can name
 LIVE_ROWS = "(expires_at IS NULL OR expires_at > %(now)s) AND deleted_at IS NULL"
 ROW_COLUMNS = "id, ref, kind, bytes, digest, expires_at, expiry_bucket, held"
 
@@ -317,9 +323,9 @@ def artifact_hold_place(*, store: ArtifactStore, ref: str, user: User, reason: s
 
     The payload moves to the far partition, which partition drops never touch.
     """
-    artifacts = list(Artifact.objects.select_for_update().filter(store=store, ref=ref))
+    artifacts = list(Artifact.objects.select_for_update().filter(store=store, ref=ref)) if is_ref(ref) else []
     if not artifacts:
-        raise ArtifactNotFound(f"No artifact {ref} in this project to hold.")
+        raise ArtifactNotFound(f"No artifact {ref!r} in this project to hold.")
     for artifact in artifacts:
         if artifact.expiry_bucket != partitions.FAR_BUCKET:
             _move_payload(artifact, partitions.FAR_BUCKET)

@@ -10,8 +10,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from artifacts import selectors, services
+from artifacts.exceptions import ArtifactNotFound
 from artifacts.forms import HoldForm, RetentionForm
 from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
+from artifacts.refs import is_ref
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
 from ledger.models import Membership, Project
 from ledger.selectors import decode_cursor, encode_cursor, project_get_for_user
@@ -112,10 +114,19 @@ def artifact_download(request: HtmxHttpRequest, project_slug: str, ref: str) -> 
     return response
 
 
-def _hold_panel(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
-    if wants_partial(request):
-        return render(request, "artifacts/artifact_detail.html#hold-panel", _detail_context(request, project_slug, ref))
-    return redirect("artifacts:artifact-detail", project_slug=project_slug, ref=ref)
+def _hold_panel(
+    request: HtmxHttpRequest, project_slug: str, ref: str, invalid_form: HoldForm | None = None
+) -> HttpResponse:
+    """The hold panel again (htmx) or the artifact page; with the form's errors, a 422 page."""
+    if invalid_form is None and not wants_partial(request):
+        return redirect("artifacts:artifact-detail", project_slug=project_slug, ref=ref)
+    context = _detail_context(request, project_slug, ref)
+    if invalid_form is not None:
+        context["hold_form"] = invalid_form
+    template = "artifacts/artifact_detail.html" + ("#hold-panel" if wants_partial(request) else "")
+    # htmx swaps only 2xx answers, so the panel with the form's errors comes back as 200 there.
+    status = 422 if invalid_form is not None and not wants_partial(request) else 200
+    return render(request, template, context, status=status)
 
 
 @require_POST
@@ -125,10 +136,14 @@ def artifact_hold(request: HtmxHttpRequest, project_slug: str, ref: str) -> Http
     if role not in HOLDERS:
         return HttpResponse("Only auditors and admins of this project may hold artifacts.", status=403)
     form = HoldForm(request.POST)
-    if form.is_valid():
+    if not form.is_valid():
+        return _hold_panel(request, project_slug, ref, invalid_form=form)
+    try:
         services.artifact_hold_place(
             store=store, ref=ref, user=signed_in_user(request), reason=form.cleaned_data["reason"]
         )
+    except ArtifactNotFound:
+        raise Http404("No such artifact in this project.") from None
     return _hold_panel(request, project_slug, ref)
 
 
@@ -138,7 +153,8 @@ def artifact_hold_release(request: HtmxHttpRequest, project_slug: str, ref: str,
     _, role, store = _project(request, project_slug)
     if role not in HOLDERS:
         return HttpResponse("Only auditors and admins of this project may release holds.", status=403)
-    hold = ArtifactHold.objects.filter(pk=hold_id, store=store, artifact_ref=ref).first()
+    request.POST  # noqa: B018 - reading the form enforces the size and field-count limits
+    hold = ArtifactHold.objects.filter(pk=hold_id, store=store, artifact_ref=ref).first() if is_ref(ref) else None
     if hold is None:
         raise Http404("No such hold.")
     services.artifact_hold_release(hold=hold, user=signed_in_user(request))
@@ -155,4 +171,5 @@ def retention_edit(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         services.store_update_retention(store=store, **form.cleaned_data)
         return redirect("artifacts:artifact-list", project_slug=project.slug)
-    return render(request, "artifacts/retention.html", {"project": project, "form": form})
+    status = 422 if request.method == "POST" else 200
+    return render(request, "artifacts/retention.html", {"project": project, "form": form}, status=status)

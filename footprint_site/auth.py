@@ -82,7 +82,8 @@ class AgentKeyAuth(HttpBearer):
         self.scope = scope
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentKey | None:
-        key = verified_key(token, client_address(request))
+        # RFC 7235 allows several spaces after the scheme; /v1/traces reads the header the same way.
+        key = verified_key(token.strip(), client_address(request))
         if key is None:
             return None
         if self.scope not in key.scopes:

@@ -38,6 +38,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "footprint_site.middleware.RequestHygieneMiddleware",
+    "footprint_site.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -152,6 +154,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "asks-deadlines": {"task": "ledger.tasks.asks_apply_deadlines", "schedule": 5.0},
+    "webhooks-outbox": {"task": "ledger.tasks.webhooks_send_due", "schedule": 10.0},
     "search-index": {
         "task": "ledger.tasks.search_index_pending",
         "schedule": env.float("FOOTPRINT_SEARCH_INDEX_EVERY_SECONDS", default=5.0),

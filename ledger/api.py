@@ -1,5 +1,6 @@
 """Agent-facing JSON operations. Each parses, authenticates, calls one service or selector."""
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from footprint_site.http import body_within
 from footprint_site.responses import json_response
 from ledger import selectors, selectors_integrity, services
 from ledger.envelopes import parse_event_batch, parse_json
-from ledger.exceptions import AskInvalid
+from ledger.exceptions import AskInvalid, InvalidParameter
 from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,
@@ -37,7 +38,10 @@ ERRORS = {
     404: ErrorOut,
     409: ErrorOut,
     413: ErrorOut,
+    415: ErrorOut,
     422: ErrorOut,
+    429: ErrorOut,
+    503: ErrorOut,
 }
 
 
@@ -219,7 +223,10 @@ def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
 def _parse_deadline(value: Any) -> datetime | None:
     if value is None:
         return None
-    parsed = parse_datetime(value) if isinstance(value, str) else None
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well-formed but impossible, e.g. month 13
+        parsed = None
     if parsed is None or parsed.tzinfo is None:
         raise AskInvalid("deadline must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z.")
     return parsed
@@ -264,6 +271,8 @@ def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
 @router.get("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
 def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> HttpResponse:
     """The decision, at once when made; with `wait` (≤ 55 s) the request is held open until it is."""
+    if not math.isfinite(wait):
+        raise InvalidParameter("wait must be a number of seconds from 0 to 55.")
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
     ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
     decision = ask.decision()

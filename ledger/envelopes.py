@@ -4,6 +4,7 @@ Pure functions (no database): they parse a request body, check every event and r
 events ready to store or every problem found, each naming the event's index and field.
 """
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +36,49 @@ class Event:
         return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def parse_json(body: bytes) -> Any:
+def parse_stream_json(body: bytes) -> Any:
+    """An event stream (events, recordings), read as the framework's JavaScript reads JSON: a
+    repeated key keeps its last value. Only the canonical form of what was read is hashed, so the
+    ledger is unambiguous; the framework's JSON.stringify never writes a key twice anyway."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+
+
+def parse_json(body: bytes) -> Any:
+    """Any other JSON body (asks, decisions, bundles, artifacts, scopes): a key given twice in
+    one object is refused, since two readers could take two different meanings from it."""
+    document = parse_stream_json(body)
+    try:
+        orjson.dumps(document)  # what is read must be writable back: orjson stops at MAX_DEPTH levels
+        json.loads(body, object_pairs_hook=_unique_keys)
+    except (orjson.JSONEncodeError, RecursionError):
+        raise MalformedBody(f"The body nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
+    except _DuplicateKey as exc:
+        raise MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.") from None
+    return document
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key[:100])
+            seen.add(key)
+    return document
+
+
+# orjson writes at most this many levels of nesting; deeper documents are refused as input.
+MAX_DEPTH = 254
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -67,13 +106,18 @@ def _check_id(meta: dict[str, Any], key: str, index: int, required: bool) -> dic
             return _problem(index, f"meta.{key}", f"meta.{key} is required: the run this event belongs to.")
         return None
     value = meta[key]
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+    if not is_plain_id(value):
         return _problem(
             index,
             f"meta.{key}",
-            f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters.",
+            f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.",
         )
     return None
+
+
+def is_plain_id(value: Any) -> bool:
+    """An identifier the server can store and index: a short non-empty string without U+0000."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and "\x00" not in value
 
 
 def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]]]:
@@ -96,9 +140,11 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
             )
         )
     type_ = raw.get("type")
-    if not isinstance(type_, str) or not type_ or len(type_) > MAX_ID_LENGTH:
+    if not is_plain_id(type_):
         problems.append(
-            _problem(index, "type", f"type must be a non-empty string of at most {MAX_ID_LENGTH} characters.")
+            _problem(
+                index, "type", f"type must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000."
+            )
         )
     meta = raw.get("meta")
     if not isinstance(meta, dict):
@@ -123,6 +169,10 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
     assert isinstance(meta, dict)
     assert isinstance(seq, int)
     assert isinstance(type_, str)
+    try:
+        body = canonical_bytes(raw)
+    except orjson.JSONEncodeError:  # the one thing orjson refuses to write back: nesting past its limit
+        return None, [_problem(index, "", f"The event nests deeper than {MAX_DEPTH} levels of arrays and objects.")]
     return (
         Event(
             run_id=meta["runId"],
@@ -131,7 +181,7 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
             meta=meta,
             payload=raw.get("payload"),
             has_payload="payload" in raw,
-            body=canonical_bytes(raw),
+            body=body,
         ),
         [],
     )
@@ -139,7 +189,7 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
 
 def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
     """Parse `{"events": [...]}`; raise MalformedBody, BodyTooLarge or BatchInvalid."""
-    document = parse_json(body)
+    document = parse_stream_json(body)
     if not isinstance(document, dict) or not isinstance(document.get("events"), list):
         raise BatchInvalid(
             'The body must be a JSON object {"events": [...]}, each event {seq, type, payload, meta}.',

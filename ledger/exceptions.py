@@ -30,6 +30,18 @@ class BodyTooLarge(LedgerError):
     code = "ERR_TOO_LARGE"
 
 
+class InvalidParameter(LedgerError):
+    """A query parameter that parses but cannot be used (the same code as ninja's own 422)."""
+
+    status = 422
+    code = "ERR_INVALID_PARAMETERS"
+
+
+class UnsupportedMediaType(LedgerError):
+    status = 415
+    code = "ERR_UNSUPPORTED_MEDIA_TYPE"
+
+
 class SeqConflict(LedgerError):
     """A (runId, seq) already stored with different content: the batch is refused whole."""
 

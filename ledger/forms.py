@@ -1,8 +1,9 @@
 from typing import Any
 
-import orjson
 from django import forms
 
+from ledger.envelopes import parse_json
+from ledger.exceptions import MalformedBody
 from ledger.models import Project, Run
 from ledger.selectors import RunFilter
 
@@ -28,9 +29,13 @@ class DecisionForm(forms.Form):
             raise forms.ValidationError("This ask is approved or declined.")
         if decision == "answer" and cleaned.get("value_is_json"):
             try:
-                cleaned["value"] = orjson.loads(cleaned.get("value") or "")
-            except orjson.JSONDecodeError:
-                self.add_error("value", "This is not valid JSON.")
+                cleaned["value"] = parse_json((cleaned.get("value") or "").encode())
+            except MalformedBody as exc:
+                # Invalid JSON says so plainly; a duplicate key or a too-deep value names the problem.
+                self.add_error("value", "This is not valid JSON." if "not valid JSON" in exc.message else exc.message)
+        for name in ("note", "value"):
+            if isinstance(cleaned.get(name), str) and "\x00" in cleaned[name]:
+                self.add_error(name, "U+0000 cannot be kept in a decision.")
         return cleaned
 
 

@@ -12,6 +12,8 @@ from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models.functions import Now
 
+from footprint_site.lib.jsonb import JsonbDecoder
+
 
 class Project(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
@@ -79,7 +81,7 @@ class Run(models.Model):
     tenant = models.CharField(max_length=200, null=True, blank=True)
     principal = models.CharField(max_length=200, null=True, blank=True)
     agent_id = models.TextField(null=True, blank=True)
-    composition_path = models.JSONField(default=list)
+    composition_path = models.JSONField(decoder=JsonbDecoder, default=list)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.EVENTS)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     # seq of the event that set `status`: a late event with a lower seq must not override it.
@@ -146,7 +148,7 @@ class RunEvent(models.Model):
     tool_call_id = models.TextField(null=True, blank=True)
     wall_clock_ms = models.BigIntegerField(null=True, blank=True)
     body = models.TextField()
-    doc = models.JSONField()
+    doc = models.JSONField(decoder=JsonbDecoder)
     prev_hash = models.BinaryField(max_length=32)
     hash = models.BinaryField(max_length=32)
     received_at = models.DateTimeField(db_default=Now())
@@ -198,8 +200,8 @@ class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
     tool_call_id = models.TextField()
     tool_name = models.TextField(null=True, blank=True)
-    args = models.JSONField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
+    args = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    result = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
     error = models.BooleanField(null=True, blank=True)
     status = models.TextField(null=True, blank=True)
     duration_ms = models.BigIntegerField(null=True, blank=True)
@@ -232,9 +234,9 @@ class MiddlewareDecision(models.Model):
     changed = models.BooleanField(null=True, blank=True)
     why = models.TextField(null=True, blank=True)
     component_id = models.TextField(null=True, blank=True)
-    origins = models.JSONField(null=True, blank=True)
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
+    origins = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    before = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    after = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="decision_unique_seq")]
@@ -377,10 +379,10 @@ class Ask(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     question = models.TextField(null=True, blank=True)
     middleware = models.TextField(null=True, blank=True)
-    detail = models.JSONField(null=True, blank=True)
-    component = models.JSONField(null=True, blank=True)
-    check_in = models.JSONField(null=True, blank=True)
-    pause_data = models.JSONField()
+    detail = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    component = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    check_in = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    pause_data = models.JSONField(decoder=JsonbDecoder)
     checkpoint = models.BinaryField(null=True, blank=True)
     posted_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     deadline = models.DateTimeField(null=True, blank=True)
@@ -396,7 +398,7 @@ class Ask(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_via = models.CharField(max_length=8, choices=Via.choices, null=True, blank=True)
     note = models.TextField(null=True, blank=True)
-    value = models.JSONField(null=True, blank=True)
+    value = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -463,9 +465,20 @@ class WebhookDelivery(models.Model):
     attempts = models.IntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # An outbox: the worker's sweep sends whatever is due, so a lost queue message (broker down,
+    # worker killed) delays a delivery, never drops it. `lease_until` marks one attempt in flight.
+    next_attempt_at = models.DateTimeField(db_default=Now())
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["ask"], name="one_delivery_per_ask")]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                name="webhook_due",
+                condition=~models.Q(status="delivered"),
+            )
+        ]
 
     def __str__(self) -> str:
         return f"delivery of ask {self.ask_id}: {self.status}"
@@ -498,7 +511,7 @@ class AuditBundle(models.Model):
     run_ids = ArrayField(models.TextField(), default=list)
     # The stored bundle this one continues (its finalHash is this one's chainHead).
     continues = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    verdict = models.JSONField()
+    verdict = models.JSONField(decoder=JsonbDecoder)
     received_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -528,11 +541,11 @@ class OtlpSpan(models.Model):
     end_unix_nano = models.BigIntegerField()
     status_code = models.SmallIntegerField(default=0)
     status_message = models.TextField(blank=True, default="")
-    attributes = models.JSONField(default=dict)
-    events = models.JSONField(default=list)
-    resource_attributes = models.JSONField(default=dict)
-    scope = models.JSONField(default=dict)
-    raw = models.JSONField()
+    attributes = models.JSONField(decoder=JsonbDecoder, default=dict)
+    events = models.JSONField(decoder=JsonbDecoder, default=list)
+    resource_attributes = models.JSONField(decoder=JsonbDecoder, default=dict)
+    scope = models.JSONField(decoder=JsonbDecoder, default=dict)
+    raw = models.JSONField(decoder=JsonbDecoder)
     # Order in which the trace's spans were first stored (0, 1, 2 …).
     span_number = models.IntegerField()
     first_seq = models.IntegerField()

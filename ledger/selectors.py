@@ -111,7 +111,12 @@ def run_list(
 
 
 def run_get(*, project: Project, run_id: str) -> Run:
-    run = Run.objects.select_related("project").filter(project=project, run_id=run_id).first()
+    # No run id holds U+0000 (ingestion refuses it), and PostgreSQL could not be asked about one.
+    run = (
+        None
+        if "\x00" in run_id
+        else Run.objects.select_related("project").filter(project=project, run_id=run_id).first()
+    )
     if run is None:
         raise RunNotFound(f"No run '{run_id}' in this project.")
     return run
@@ -145,7 +150,9 @@ def project_get_for_user(*, user: User | AnonymousUser, slug: str) -> tuple[Proj
 
 def run_get_for_user(*, user: User | AnonymousUser, project_slug: str, run_id: str) -> Run:
     run = (
-        Run.objects.select_related("project")
+        None
+        if "\x00" in run_id + project_slug
+        else Run.objects.select_related("project")
         .filter(project__in=projects_for_user(user), project__slug=project_slug, run_id=run_id)
         .first()
     )
@@ -261,8 +268,11 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
     if ask.check_in and isinstance(ask.check_in.get("args"), dict):
         args = ask.check_in["args"]
     elif ask.checkpoint is not None:
-        state = orjson.loads(bytes(ask.checkpoint)).get("sharedState") or {}
-        args = state.get("pausedAskArgs")
+        # A checkpoint is opaque to the server (the framework's own fixtures carry a string): read
+        # the paused args only from the shape that has them.
+        checkpoint = orjson.loads(bytes(ask.checkpoint))
+        state = checkpoint.get("sharedState") if isinstance(checkpoint, dict) else None
+        args = state.get("pausedAskArgs") if isinstance(state, dict) else None
     if args is None:
         args = original_args
     steps: list[RunEvent] = []

@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 
 from ledger.audit import ZERO_HASH, verify_bundles
-from ledger.envelopes import parse_json
+from ledger.envelopes import parse_json, replace_nul
 from ledger.exceptions import AuditBundleInvalid
 from ledger.models import AuditBundle, Project
 from ledger.selectors import projects_for_user
@@ -38,9 +38,16 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
     predecessor was never imported here). A firstSeq that does not follow the stored predecessor
     makes the verdict invalid."""
     segments = _segments_of(parse_json(body))
-    verdict = verify_bundles(segments if len(segments) > 1 else segments[0])
+    try:
+        verdict = verify_bundles(segments if len(segments) > 1 else segments[0])
+    except RecursionError:
+        raise AuditBundleInvalid("A record nests too deeply to canonicalize (afp-cjson/1 recursion limit).") from None
     head, first_seq = segments[0]["header"].get("chainHead"), segments[0]["header"].get("firstSeq")
-    previous = AuditBundle.objects.filter(project=project, final_hash=head).order_by("-id").first()
+    previous = (
+        AuditBundle.objects.filter(project=project, final_hash=replace_nul(head) if isinstance(head, str) else None)
+        .order_by("-id")
+        .first()
+    )
     if head == ZERO_HASH:
         continuity: dict[str, Any] = {"state": "genesis"}
     elif previous is None:

@@ -6,13 +6,13 @@ one tool call's steps) and walks an index; a payload is read only when a person 
 
 import difflib
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Subquery
+from django.db.models import Q, Subquery
 
 from artifacts.models import Artifact
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, PermissionVerdict, Refusal, Run, RunEvent, ToolCall
@@ -49,6 +49,19 @@ class TimelineRow:
     wall_clock_ms: int | None
     stage: str | None
     gist: str
+
+    @property
+    def short_type(self) -> str:
+        return self.type.removeprefix("agentfootprint.")
+
+    @property
+    def time(self) -> str:
+        """Wall-clock time of day in UTC with milliseconds, formatted once here rather than by a
+        template filter per row (a page has a hundred)."""
+        if self.wall_clock_ms is None:
+            return "—"
+        moment = datetime.fromtimestamp(self.wall_clock_ms / 1000, tz=UTC)
+        return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
 
 
 def _gist(fields: Any, shown: tuple[str, ...] = ()) -> str:
@@ -111,7 +124,13 @@ def run_header(*, run: Run) -> RunHeader:
 def _runs_sharing_tool_calls(run: Run) -> tuple[list[Run], list[Run]]:
     """A resumed turn is a fresh run that finishes the paused run's tool call (spec §2.4): runs
     sharing a tool call id are linked, earlier ones resumed by this run, later ones resuming it."""
-    call_ids = ToolCall.objects.filter(run=run).values("tool_call_id")
+    # Only a call left unfinished on one side can be shared: ids of the run's paused or resumed
+    # calls, not all of its calls (a long run has thousands).
+    call_ids = (
+        ToolCall.objects.filter(run=run)
+        .filter(Q(start_seq__isnull=True) | Q(end_seq__isnull=True))
+        .values("tool_call_id")
+    )
     related = list(
         Run.objects.filter(project_id=run.project_id, tool_calls__tool_call_id__in=Subquery(call_ids))
         .exclude(pk=run.pk)

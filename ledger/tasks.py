@@ -27,6 +27,11 @@ def ask_deliver_webhook(delivery_id: int) -> None:
 
 
 @shared_task(acks_late=True)
+def webhooks_send_due() -> int:
+    return webhooks.webhooks_send_due()
+
+
+@shared_task(acks_late=True)
 def asks_apply_deadlines() -> int:
     return asks.asks_apply_deadlines()
 

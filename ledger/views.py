@@ -3,6 +3,7 @@
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
@@ -64,7 +65,12 @@ TABS = {
 def _timeline_context(run: Run, after_seq: int) -> dict[str, object]:
     rows = run_page.run_timeline_page(run=run, after_seq=after_seq)
     page = run_page.TIMELINE_PAGE
-    return {"events": rows[:page], "next_after_seq": rows[page - 1].seq if len(rows) > page else None}
+    return {
+        "events": rows[:page],
+        "next_after_seq": rows[page - 1].seq if len(rows) > page else None,
+        # Reversed once per page: each row's drawer link is this plus its position.
+        "events_url": reverse("ledger:run-events", args=[run.project.slug, run.run_id]),
+    }
 
 
 def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:

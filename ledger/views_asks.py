@@ -11,7 +11,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
 from ledger import selectors, services
-from ledger.exceptions import AskAlreadyDecided, AskNotFound
+from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.forms import DecisionForm
 from ledger.models import Ask, Membership
 from ledger.selectors import decode_cursor, encode_cursor
@@ -100,6 +100,9 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
             )
         except AskAlreadyDecided:
             status = 409  # someone else won: the panel shows who, and when
+        except AskInvalid as exc:
+            form.add_error(None, exc.message)
+            status = 422
         if not wants_partial(request) and status == 200:
             return redirect("asks:ask-detail", ask_id=ask.pk)
     context = {**_page_context(request, ask_id, form=form if status == 422 else None), "lost": status == 409}

@@ -62,7 +62,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _error(415, f"Content-Encoding must be gzip or absent, not {encoding!r}.", as_json=as_json)
     limit = settings.FOOTPRINT_MAX_REQUEST_BYTES
     try:
-        body = otlp.read_body(body_within(request, limit), gzipped=encoding == "gzip", limit=limit)
+        body = otlp.read_body(body_within(request, limit, json=False), gzipped=encoding == "gzip", limit=limit)
         spans = otlp.decode_spans(body, as_json=as_json)
     except BodyTooLarge as exc:
         return _error(413, exc.message, as_json=as_json)

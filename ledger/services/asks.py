@@ -1,6 +1,6 @@
 """Asks: a paused run waiting for a person, and the one decision it gets.
 
-Exactly once: a decision is a conditional UPDATE … WHERE status = 'open'; the loser is told who
+    Exactly once: a decision is a conditional UPDATE … WHERE status = 'open'; the loser is told who
 won and when. The decision is appended to the run's hash chain as a server-authored event and
 announced with NOTIFY, which wakes every long-poll waiting on it at once.
 """
@@ -8,11 +8,12 @@ announced with NOTIFY, which wakes every long-poll waiting on it at once.
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ledger.envelopes import Event
+from ledger.envelopes import MAX_DEPTH, MAX_ID_LENGTH, Event, is_plain_id, replace_nul
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event
@@ -20,6 +21,7 @@ from ledger.services.ingest import run_append_server_event
 NOTIFY_CHANNEL = "ask_decided"
 DECISION_EVENT = "ledger.human_decision"
 CONSUMER_SCOPE = "consumer-scope"
+MAX_NOTE_LENGTH = 2000
 
 
 def ask_fields(pause_data: dict[str, Any]) -> dict[str, Any]:
@@ -57,12 +59,51 @@ def ask_fields(pause_data: dict[str, Any]) -> dict[str, Any]:
 def _check_pause_data(pause_data: Any) -> dict[str, Any]:
     if not isinstance(pause_data, dict):
         raise AskInvalid("pauseData must be the paused outcome's pauseData object {toolCallId, toolName, …}.")
-    if not isinstance(pause_data.get("toolCallId"), str) or not pause_data["toolCallId"]:
-        raise AskInvalid("pauseData.toolCallId is required: an ask is opened for one tool call.")
+    if not is_plain_id(pause_data.get("toolCallId")):
+        raise AskInvalid(
+            "pauseData.toolCallId is required: an ask is opened for one tool call "
+            f"(a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000)."
+        )
     return pause_data
 
 
+def _path_of_nul(value: Any, path: str) -> str | None:
+    """Where the first U+0000 in a JSON value is, e.g. 'pauseData.question'."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and "\x00" in key:
+            return path
+        found = _path_of_nul(item, f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]")
+        if found:
+            return found
+    return None
+
+
+def _check_id(name: str, value: Any, *, required: bool) -> None:
+    if (value is not None or required) and not is_plain_id(value):
+        raise AskInvalid(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.")
+
+
+def _check_decision(by_label: str, note: str | None, value: Any) -> None:
+    """What a decision may carry: it is stored in text and jsonb columns and hashed into the chain."""
+    if not by_label or len(by_label) > MAX_ID_LENGTH or "\x00" in by_label:
+        raise AskInvalid(f"by must be a non-empty name of at most {MAX_ID_LENGTH} characters, without U+0000.")
+    if note is not None and (len(note) > MAX_NOTE_LENGTH or "\x00" in note):
+        raise AskInvalid(f"note must be at most {MAX_NOTE_LENGTH} characters, without U+0000.")
+    try:
+        written = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise AskInvalid(f"value nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
+    if b"\\u0000" in written:
+        raise AskInvalid("value must not contain U+0000.")
+
+
 def _fields_for_model(pause_data: dict[str, Any]) -> dict[str, Any]:
+    # Shown and queried copies: U+0000 cannot live in text or jsonb columns (the event that
+    # carried it keeps its exact bytes in the chain).
+    pause_data = replace_nul(pause_data)
     fields = ask_fields(pause_data)
     for text in ("question", "middleware"):
         if text in fields and not isinstance(fields[text], str):
@@ -91,6 +132,11 @@ def ask_open(
     and binds it to this key, the only caller it is ever returned to.
     """
     data = _check_pause_data(pause_data)
+    nul_at = _path_of_nul(data, "pauseData")
+    if nul_at:
+        raise AskInvalid(f"{nul_at} contains U+0000, which an ask cannot keep (it is shown and stored as JSON).")
+    _check_id("runId", run_id, required=True)
+    _check_id("sessionId", session_id, required=False)
     if on_timeout not in Ask.OnTimeout.values:
         raise AskInvalid("onTimeout must be 'decline' or 'approve'.")
     defaults = {
@@ -145,7 +191,9 @@ def asks_from_events(*, project: Project, events: list[Event]) -> None:
                 "toolName": payload.get("toolName"),
                 "checkIn": payload.get("request"),
             }
-        if not isinstance(pause_data, dict) or not isinstance(pause_data.get("toolCallId"), str):
+        # An id the framework would never write (over 200 characters, U+0000) opens no ask: the
+        # event itself is kept, verbatim, in the chain.
+        if not isinstance(pause_data, dict) or not is_plain_id(pause_data.get("toolCallId")):
             continue
         run_id = _run_of_pause(project, event, pause_data["toolCallId"])
         session_id = event.meta.get("sessionId") or (
@@ -181,10 +229,10 @@ def _close_reported(project: Project, payload: dict[str, Any]) -> None:
         Ask.objects.filter(pk=candidates[0].pk, status=Ask.Status.OPEN).update(
             status=Ask.Status.DECIDED,
             approved=payload["approved"],
-            decided_by_label=by if isinstance(by, str) else "",
+            decided_by_label=replace_nul(by) if isinstance(by, str) else "",
             decided_at=timezone.now(),
             decided_via=Ask.Via.RUN,
-            note=payload.get("note") if isinstance(payload.get("note"), str) else None,
+            note=replace_nul(payload["note"]) if isinstance(payload.get("note"), str) else None,
         )
 
 
@@ -216,6 +264,7 @@ def ask_decide(
     `ledger.human_decision` event to the run's chain, NOTIFYs waiting long-polls on commit,
     and enqueues the project's webhook delivery. Raises AskAlreadyDecided for a second decision.
     """
+    _check_decision(by_label, note, value)
     claimed = Ask.objects.filter(pk=ask_id, status=Ask.Status.OPEN).update(
         status=Ask.Status.DECIDED,
         approved=approved,
@@ -252,24 +301,39 @@ def ask_decide(
         from ledger import tasks
 
         delivery = WebhookDelivery.objects.create(ask=ask, url=endpoint.url)
-        tasks.ask_deliver_webhook.delay_on_commit(delivery.pk)  # type: ignore[attr-defined]
+        # The fast path. If the broker is down the decision still stands (robust: the failure is
+        # logged, the response is not an error) and the outbox sweep sends it once it is back.
+        transaction.on_commit(lambda: tasks.ask_deliver_webhook.delay(delivery.pk), robust=True)
     return ask
 
 
 def asks_apply_deadlines(*, now: datetime | None = None, limit: int = 500) -> int:
-    """Apply `onTimeout` to open asks past their deadline, recorded as decided by the deadline."""
+    """Apply `onTimeout` to open asks past their deadline, recorded as decided by the deadline.
+
+    One pass at a time (a session advisory lock): passes queued behind a slow one would only
+    wait on each other's row locks. A pass that finds the lock taken does nothing.
+    """
     now = now or timezone.now()
     applied = 0
-    for ask in Ask.objects.filter(status=Ask.Status.OPEN, deadline__lte=now).order_by("deadline")[:limit]:
-        try:
-            ask_decide(
-                ask_id=ask.pk,
-                approved=ask.on_timeout == Ask.OnTimeout.APPROVE,
-                via=Ask.Via.DEADLINE,
-                by_label="deadline",
-                note=f"no decision before the deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC)",
-            )
-            applied += 1
-        except AskAlreadyDecided:
-            continue  # a person decided while this pass ran: theirs stands
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(hashtext('footprint.ask-deadlines'))")
+        (locked,) = cur.fetchone()  # type: ignore[misc]
+    if not locked:
+        return 0
+    try:
+        for ask in Ask.objects.filter(status=Ask.Status.OPEN, deadline__lte=now).order_by("deadline")[:limit]:
+            try:
+                ask_decide(
+                    ask_id=ask.pk,
+                    approved=ask.on_timeout == Ask.OnTimeout.APPROVE,
+                    via=Ask.Via.DEADLINE,
+                    by_label="deadline",
+                    note=f"no decision before the deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC)",
+                )
+                applied += 1
+            except AskAlreadyDecided:
+                continue  # a person decided while this pass ran: theirs stands
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.ask-deadlines'))")
     return applied

@@ -5,6 +5,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ledger.envelopes import replace_nul
 from ledger.models import AuditBundle, Project
 from ledger.selectors_audits import audit_bundle_verdict
 
@@ -16,7 +17,7 @@ def _run_ids(segments: list[dict[str, Any]]) -> list[str]:
         for r in (s.get("records") or [])
         if isinstance(r, dict) and isinstance(r.get("meta"), dict)
     }
-    return sorted(i for i in ids if isinstance(i, str))
+    return sorted(replace_nul(i) for i in ids if isinstance(i, str))
 
 
 @transaction.atomic
@@ -35,8 +36,9 @@ def audit_bundle_import(*, project: Project, body: bytes) -> tuple[AuditBundle, 
             "segment_count": len(segments),
             "first_seq": first_seq if isinstance(first_seq, int) else None,
             "record_count": sum(len(s.get("records") or []) for s in segments),
-            "chain_head": str(segments[0]["header"].get("chainHead") or ""),
-            "final_hash": str(segments[-1].get("finalHash") or ""),
+            # Searchable copies only (the body keeps the bytes): text columns cannot hold U+0000.
+            "chain_head": replace_nul(str(segments[0]["header"].get("chainHead") or "")),
+            "final_hash": replace_nul(str(segments[-1].get("finalHash") or "")),
             "run_ids": _run_ids(segments),
             "continues": checked.previous,
             "verdict": checked.verdict,

@@ -289,9 +289,10 @@ def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
     cur.execute(
         """
         SELECT gap_from, gap_to FROM (
-            SELECT -1 AS seq, min(seq) AS next_seq FROM ledger_runevent WHERE run_id = %(run)s AND seq IS NOT NULL
-            UNION ALL
-            SELECT seq, lead(seq) OVER (ORDER BY seq) FROM ledger_runevent
+            SELECT -1::int8 AS seq, min(seq)::int8 AS next_seq FROM ledger_runevent
+            WHERE run_id = %(run)s AND seq IS NOT NULL
+            UNION ALL  -- int8: seq + 1 must not overflow at the largest seq (2**31 - 1)
+            SELECT seq::int8, (lead(seq) OVER (ORDER BY seq))::int8 FROM ledger_runevent
             WHERE run_id = %(run)s AND seq IS NOT NULL
         ) AS s(seq, next_seq), LATERAL (SELECT seq + 1, next_seq - 1) AS g(gap_from, gap_to)
         WHERE next_seq > seq + 1

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ledger.envelopes import check_events, parse_json
+from ledger.envelopes import check_events, is_plain_id, parse_stream_json
 from ledger.exceptions import RecordingInvalid
 from ledger.models import MiddlewareDecision, Project, Recording, Run
 from ledger.services.ingest import RunReceipt, events_ingest
@@ -15,8 +15,11 @@ DECISION_KEYS = ("middleware", "moment", "toolCallId", "iteration", "outcome")
 def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     run = envelope.get("run")
     recording = envelope.get("recording")
-    if not isinstance(run, dict) or not isinstance(run.get("runId"), str) or not run["runId"]:
-        raise RecordingInvalid("run.runId is required: the recording envelope names the run it holds.")
+    if not isinstance(run, dict) or not is_plain_id(run.get("runId")):
+        raise RecordingInvalid(
+            "run.runId is required: the recording envelope names the run it holds "
+            "(a non-empty string of at most 200 characters, without U+0000)."
+        )
     if not isinstance(recording, dict) or not isinstance(recording.get("events"), list):
         raise RecordingInvalid("recording.events must be an array of the run's typed events.")
     run_id = run["runId"]
@@ -86,7 +89,7 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
     firstRetainedEventIndex) and the envelope is kept once per distinct body. Decision rows gain
     the snapshot's before/after values. Returns the run's receipt and whether the body was new.
     """
-    envelope = parse_json(body)
+    envelope = parse_stream_json(body)
     if not isinstance(envelope, dict):
         raise RecordingInvalid("A recording is a JSON object with format, run and recording.")
     if envelope.get("format") != RECORDING_FORMAT:

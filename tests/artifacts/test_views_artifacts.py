@@ -154,7 +154,7 @@ def test_retention_is_editable_by_admins_only(admin_client, auditor_client, proj
     refused = admin_client.post(
         url, {"ttl_ms": "-5", "max_ttl_ms": "", "max_bytes_per_scope": "", "max_count_per_scope": ""}
     )
-    assert refused.status_code == 200
+    assert refused.status_code == 422
     assert b"greater than 0" in refused.content
 
 
