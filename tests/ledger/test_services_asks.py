@@ -5,7 +5,7 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +20,7 @@ from django.utils import timezone
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.models import AgentKey, Ask, Project, Run, RunEvent, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from ledger.services import agent_key_create, ask_decide, ask_open, asks_apply_deadlines
-from ledger.services.webhooks import WebhookFailed, webhook_deliver
+from ledger.services.webhooks import NO_ANSWER, WebhookFailed, webhook_deliver, webhooks_send_due
 from tests.conftest import load_fixture, numbered_per_run
 
 pytestmark = pytest.mark.django_db
@@ -578,6 +578,7 @@ def test_asks_apply_deadlines_respects_the_limit(project: Project) -> None:
 class _Hook(ThreadingHTTPServer):
     status_to_answer = 200
     received: list[tuple[str, Any, bytes]]
+    on_request: Callable[[], None] | None = None
 
 
 @contextmanager
@@ -587,6 +588,8 @@ def _hook_server(status: int = 200) -> Iterator[_Hook]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if server.on_request is not None:
+                server.on_request()
             server.received.append((self.path, self.headers, body))
             self.send_response(server.status_to_answer)
             self.send_header("Content-Length", "0")
@@ -744,3 +747,64 @@ def test_webhook_payload_carries_the_answer_of_a_plain_ask(
         (_, _, body) = server.received[0]
     assert json.loads(body)["decision"]["answer"] == ["eu-west-1"]
     assert json.loads(body)["kind"] == "plain"
+
+
+def test_the_outbox_sweep_sends_a_delivery_whose_queue_message_was_lost(
+    project: Project, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The decision committed but the task never ran (broker down, worker killed): the sweep sends it."""
+    with _hook_server(200) as server:
+        _, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+
+        assert webhooks_send_due() == 1
+
+        ((_, headers, _),) = server.received
+    assert headers["X-Footprint-Delivery"] == str(delivery.pk)
+    delivery.refresh_from_db()
+    assert delivery.status == WebhookDelivery.Status.DELIVERED
+    assert webhooks_send_due() == 0  # nothing is due any more
+
+
+def test_an_attempt_in_flight_is_left_alone_until_its_lease_runs_out(
+    project: Project, django_capture_on_commit_callbacks: Any
+) -> None:
+    with _hook_server(200) as server:
+        _, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+        in_flight = timezone.now() + timedelta(seconds=30)
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(lease_until=in_flight, attempts=1)
+
+        webhook_deliver(delivery_id=delivery.pk)
+        assert webhooks_send_due() == 0
+        assert server.received == []
+
+        # The worker that held it died: once the lease is over, the delivery is sent again.
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+        assert webhooks_send_due() == 1
+        assert len(server.received) == 1
+    delivery.refresh_from_db()
+    assert delivery.attempts == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_is_logged_before_the_request_is_sent(project: Project) -> None:
+    """A worker killed mid-request leaves its attempt in the log, marked as cut short: the
+    receiver, on its own connection, already sees the committed attempt while it is called."""
+    with _hook_server(200) as server:
+        ask, _ = _open(project, B_PAUSE["pauseData"], run_id=B_RUN)
+        ask_decide(ask_id=ask.pk, approved=True, via=Ask.Via.API, by_label="dana@treasury")
+        WebhookEndpoint.objects.create(project=project, url=_hook_url(server), secret=SECRET)
+        delivery = WebhookDelivery.objects.create(ask=ask, url=_hook_url(server))
+        logged_while_sending: list[str] = []
+
+        def look_at_the_log() -> None:
+            logged_while_sending.extend(
+                WebhookAttempt.objects.filter(delivery=delivery).values_list("error", flat=True)
+            )
+            connection.close()  # this server thread's own connection
+
+        server.on_request = look_at_the_log
+
+        webhook_deliver(delivery_id=delivery.pk)
+
+    assert logged_while_sending == [NO_ANSWER]
+    assert WebhookAttempt.objects.get(delivery=delivery).error == ""
