@@ -9,9 +9,11 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Schema
+from pydantic import field_validator
 
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.http import body_within
+from footprint_site.lib.times import to_utc
 from footprint_site.responses import json_response
 from ledger import selectors, selectors_integrity, services
 from ledger.envelopes import parse_event_batch, parse_json
@@ -123,6 +125,11 @@ class RunQuery(Schema):
     cursor: str | None = None
     limit: int = 50
 
+    @field_validator("since", "until")
+    @classmethod
+    def _storable(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else to_utc(value)
+
 
 @router.get("/runs", response={200: RunListOut, **ERRORS}, auth=AgentKeyAuth("read"))
 def list_runs(request: HttpRequest, query: Query[RunQuery]) -> HttpResponse:
@@ -223,13 +230,14 @@ def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
 def _parse_deadline(value: Any) -> datetime | None:
     if value is None:
         return None
+    refusal = AskInvalid("deadline must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z.")
     try:
         parsed = parse_datetime(value) if isinstance(value, str) else None
-    except ValueError:  # well-formed but impossible, e.g. month 13
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise AskInvalid("deadline must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z.")
-    return parsed
+        if parsed is None:
+            raise refusal
+        return to_utc(parsed)
+    except ValueError:  # well-formed but impossible (month 13), or beyond what PostgreSQL can hold
+        raise refusal from None
 
 
 @router.post(

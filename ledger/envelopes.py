@@ -77,6 +77,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
+LAST_WALL_CLOCK_MS = 253_402_300_800_000  # 10000-01-01T00:00:00Z: a time of day PostgreSQL can hold
+
 # orjson writes at most this many levels of nesting; deeper documents are refused as input.
 MAX_DEPTH = 254
 
@@ -106,6 +108,8 @@ def _check_id(meta: dict[str, Any], key: str, index: int, required: bool) -> dic
             return _problem(index, f"meta.{key}", f"meta.{key} is required: the run this event belongs to.")
         return None
     value = meta[key]
+    if key == "runId" and not is_run_id(value):
+        return _problem(index, "meta.runId", RUN_ID_RULE)
     if not is_plain_id(value):
         return _problem(
             index,
@@ -113,6 +117,16 @@ def _check_id(meta: dict[str, Any], key: str, index: int, required: bool) -> dic
             f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.",
         )
     return None
+
+
+RUN_ID_RULE = (
+    f"meta.runId must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000 "
+    "or '/' (the run id names the run in URLs)."
+)
+
+
+def is_run_id(value: Any) -> bool:
+    return is_plain_id(value) and "/" not in value
 
 
 def is_plain_id(value: Any) -> bool:
@@ -156,7 +170,7 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
                 problems.append(problem)
         wall = meta.get("wallClockMs")
         if "wallClockMs" in meta and (
-            not isinstance(wall, int | float) or isinstance(wall, bool) or not 0 <= wall < 2**53
+            not isinstance(wall, int | float) or isinstance(wall, bool) or not 0 <= wall < LAST_WALL_CLOCK_MS
         ):
             problems.append(
                 _problem(index, "meta.wallClockMs", "meta.wallClockMs must be a Unix time in milliseconds.")

@@ -1,7 +1,9 @@
+from datetime import datetime
 from typing import Any
 
 from django import forms
 
+from footprint_site.lib.times import to_utc
 from ledger.envelopes import parse_json
 from ledger.exceptions import MalformedBody
 from ledger.models import Project, Run
@@ -52,6 +54,19 @@ class RunFilterForm(forms.Form):
     has_refusals = forms.BooleanField(required=False, label="with refusals")
     has_open_asks = forms.BooleanField(required=False, label="with open asks")
     q = forms.CharField(required=False, max_length=200, label="Search payloads")
+
+    def clean_since(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("since"))
+
+    def clean_until(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("until"))
+
+    @staticmethod
+    def _storable(value: datetime | None) -> datetime | None:
+        try:
+            return None if value is None else to_utc(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def filters(self) -> RunFilter:
         self.is_valid()

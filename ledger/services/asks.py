@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ledger.envelopes import MAX_DEPTH, MAX_ID_LENGTH, Event, is_plain_id, replace_nul
+from ledger.envelopes import MAX_DEPTH, MAX_ID_LENGTH, RUN_ID_RULE, Event, is_plain_id, is_run_id, replace_nul
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event
@@ -135,7 +135,8 @@ def ask_open(
     nul_at = _path_of_nul(data, "pauseData")
     if nul_at:
         raise AskInvalid(f"{nul_at} contains U+0000, which an ask cannot keep (it is shown and stored as JSON).")
-    _check_id("runId", run_id, required=True)
+    if not is_run_id(run_id):
+        raise AskInvalid(RUN_ID_RULE.removeprefix("meta."))
     _check_id("sessionId", session_id, required=False)
     if on_timeout not in Ask.OnTimeout.values:
         raise AskInvalid("onTimeout must be 'decline' or 'approve'.")

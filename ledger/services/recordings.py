@@ -3,7 +3,7 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ledger.envelopes import check_events, is_plain_id, parse_stream_json
+from ledger.envelopes import check_events, is_run_id, parse_stream_json
 from ledger.exceptions import RecordingInvalid
 from ledger.models import MiddlewareDecision, Project, Recording, Run
 from ledger.services.ingest import RunReceipt, events_ingest
@@ -15,10 +15,10 @@ DECISION_KEYS = ("middleware", "moment", "toolCallId", "iteration", "outcome")
 def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     run = envelope.get("run")
     recording = envelope.get("recording")
-    if not isinstance(run, dict) or not is_plain_id(run.get("runId")):
+    if not isinstance(run, dict) or not is_run_id(run.get("runId")):
         raise RecordingInvalid(
             "run.runId is required: the recording envelope names the run it holds "
-            "(a non-empty string of at most 200 characters, without U+0000)."
+            "(a non-empty string of at most 200 characters, without U+0000 or '/')."
         )
     if not isinstance(recording, dict) or not isinstance(recording.get("events"), list):
         raise RecordingInvalid("recording.events must be an array of the run's typed events.")

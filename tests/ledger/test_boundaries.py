@@ -1,0 +1,49 @@
+"""Values Python accepts but PostgreSQL or a URL cannot hold: refused or normalized where they are
+read, never a database error later (found by the API fuzz)."""
+
+import pytest
+
+from ledger.models import Ask, Run
+
+pytestmark = pytest.mark.django_db
+
+
+def event(**meta):
+    return {"seq": 0, "type": "agentfootprint.agent.turn_start", "payload": {}, "meta": {"runId": "run-b", **meta}}
+
+
+def plain_ask(deadline: str) -> dict:
+    return {"runId": "run-b", "pauseData": {"toolCallId": "q1", "question": "?"}, "deadline": deadline}
+
+
+def test_a_run_id_with_a_slash_is_refused_since_it_names_the_run_in_urls(agent_client):
+    response = agent_client.ingest([event(runId="team/run-1")])
+    assert response.status_code == 422
+    assert "'/'" in response.json()["errors"][0]["message"]
+    assert not Run.objects.exists()
+
+
+def test_a_wall_clock_in_the_year_10000_is_refused(agent_client):
+    response = agent_client.ingest([event(wallClockMs=253_402_300_800_000)])
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "meta.wallClockMs"
+
+
+def test_a_deadline_with_a_wide_utc_offset_is_kept_as_its_utc_instant(agent_client):
+    response = agent_client.post_json("/api/v1/asks", plain_ask("2026-12-01T09:00:00-23:59"))
+    assert response.status_code == 201, response.content
+    assert Ask.objects.get().deadline.isoformat() == "2026-12-02T08:59:00+00:00"
+
+
+@pytest.mark.parametrize("deadline", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "2026-13-45T25:61Z"])
+def test_a_deadline_no_database_can_hold_is_refused(agent_client, deadline):
+    response = agent_client.post_json("/api/v1/asks", plain_ask(deadline))
+    assert response.status_code == 422
+    assert "deadline" in response.json()["error"]
+    assert not Ask.objects.exists()
+
+
+def test_a_time_filter_with_a_wide_utc_offset_filters_by_its_utc_instant(agent_client):
+    assert agent_client.get("/api/v1/runs?until=1981-08-28T22:06:35-20:57").status_code == 200
+    response = agent_client.get("/api/v1/runs?since=0001-01-01T00:00:00%2B01:00")
+    assert response.status_code == 422
