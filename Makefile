@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test e2e e2e-deps bench lint typecheck check worker beat stop clean lock
+.PHONY: install run test e2e e2e-deps bench soak lint typecheck check worker beat stop clean lock
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ bench: $(STAMP)
 	$(BIN)/python bench/artifacts.py
 	$(BIN)/python bench/asks.py
 	$(BIN)/python bench/otlp.py
+	$(BIN)/python bench/explorer.py
+
+# SOAK_MINUTES (30) of steady mixed load on gunicorn + Celery worker + beat, real PostgreSQL and
+# Redis; fails on errors, memory growth or any mismatch with the database. Then the API fuzz with
+# many more examples than `make test` runs. Both always run; either failing fails the target.
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py; rc=$$?; \
+	FUZZ_EXAMPLES=200 $(PYTEST) tests/test_fuzz_api.py || rc=1; \
+	exit $$rc
 
 worker: $(STAMP)
 	$(BIN)/celery -A footprint_site worker --loglevel=INFO
