@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+MAX_RESTARTS_PER_MINUTE = 5
 PYTHON = sys.executable
 
 
@@ -64,9 +65,11 @@ def main() -> int:
         ],
         "beat": [PYTHON, "-m", "celery", "-A", "footprint_site", "beat", "--loglevel=INFO"],
     }
-    processes = {
-        name: subprocess.Popen(cmd, cwd=BASE_DIR, env=env, start_new_session=True) for name, cmd in commands.items()
-    }
+    def start(name: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(commands[name], cwd=BASE_DIR, env=env, start_new_session=True)
+
+    processes = {name: start(name) for name in commands}
+    restarts: list[float] = []
     host = env.get("HOST", "127.0.0.1")
     print(
         f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}Press Ctrl-C to stop it.\n",
@@ -83,10 +86,19 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     exit_code = 0
     while not stopping:
-        for name, process in processes.items():
-            if process.poll() is not None:
+        for name, process in list(processes.items()):
+            if process.poll() is None:
+                continue
+            # The worker and beat only do background work whose state is in the database (an
+            # outbox, sweeps, deadlines): restarting them loses nothing. The web server is the
+            # product; without it everything stops. So does a crash loop.
+            restarts[:] = [t for t in restarts if time.monotonic() - t < 60] + [time.monotonic()]
+            if name == "web" or len(restarts) > MAX_RESTARTS_PER_MINUTE:
                 print(f"{name} exited with {process.returncode}; stopping everything.", flush=True)
                 stopping, exit_code = True, 1
+                break
+            print(f"{name} exited with {process.returncode}; starting it again.", flush=True)
+            processes[name] = start(name)
         time.sleep(0.5)
 
     for process in processes.values():

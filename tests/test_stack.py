@@ -1,0 +1,100 @@
+"""`make run` as a user runs it: the whole stack against a database of its own, a worker that
+dies is started again, and Ctrl-C stops everything it started."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import pytest
+from django.db import connection
+
+pytestmark = pytest.mark.celery
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_SECONDS = 120
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def database_url(django_db_blocker: Any) -> Iterator[str]:
+    """A database of the stack's own beside the test database (the stack migrates and seeds it)."""
+    db = connection.settings_dict
+    name = f"footprint_stack_{uuid.uuid4().hex[:8]}"
+    server = {"host": db["HOST"] or "localhost", "port": db["PORT"] or 5432, "user": db["USER"]}
+    with psycopg.connect(**server, dbname="postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    if server["host"].startswith("/"):  # the embedded PostgreSQL listens on a socket directory
+        yield f"postgres://{server['user']}@/{name}?host={server['host']}"
+    else:
+        yield f"postgres://{server['user']}@{server['host']}:{server['port']}/{name}"
+    with psycopg.connect(**server, dbname="postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _wait_for(output: Path, text: str, stack: subprocess.Popen[bytes], after: int = 0) -> None:
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if text in output.read_text(errors="replace")[after:]:
+            return
+        if stack.poll() is not None:
+            pytest.fail(f"make run exited with {stack.returncode} before {text!r}:\n{output.read_text()[-3000:]}")
+        time.sleep(0.3)
+    pytest.fail(f"no {text!r} from make run within {TIMEOUT_SECONDS}s:\n{output.read_text()[-3000:]}")
+
+
+def _celery_worker(stack_pid: int) -> psutil.Process:
+    children = psutil.Process(stack_pid).children(recursive=False)
+    (worker,) = [p for p in children if "worker" in p.cmdline()]
+    return worker
+
+
+def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "stack.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PORT": str(_free_port()),
+        "FOOTPRINT_DATA_DIR": str(tmp_path / "data"),
+    }
+    env.pop("DJANGO_SECRET_KEY", None)  # the stack makes and keeps its own, as on a fresh machine
+    with output.open("wb") as out:
+        stack = subprocess.Popen(
+            [sys.executable, "-m", "footprint_site.stack"], cwd=PROJECT_ROOT, env=env, stdout=out, stderr=out
+        )
+    started: list[psutil.Process] = []
+    try:
+        _wait_for(output, "is running at", stack)
+        started = psutil.Process(stack.pid).children(recursive=True)
+        worker = _celery_worker(stack.pid)
+        seen = len(output.read_text(errors="replace"))
+        os.killpg(worker.pid, signal.SIGKILL)
+
+        _wait_for(output, "worker exited with -9; starting it again.", stack, after=seen)
+        replacement = _celery_worker(stack.pid)
+        assert replacement.pid != worker.pid
+        started += psutil.Process(stack.pid).children(recursive=True)
+
+        stack.send_signal(signal.SIGINT)
+        assert stack.wait(timeout=60) == 0
+        assert "Stopped." in output.read_text()
+        assert not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if stack.poll() is None:
+            stack.kill()
+            stack.wait()
+        for process in started:
+            if process.is_running():
+                process.kill()
