@@ -64,13 +64,17 @@ class TimelineRow:
         return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
 
 
+def _fields(gist: Any) -> dict[str, Any]:
+    """The small object SQL picked out of the payload (jsonb may arrive as text)."""
+    if isinstance(gist, str):
+        gist = orjson.loads(gist)
+    return gist if isinstance(gist, dict) else {}
+
+
 def _gist(fields: Any, shown: tuple[str, ...] = ()) -> str:
-    """'toolName: lookup · outcome: deny' from the small object SQL picked out of the payload;
-    `shown` keys are already on screen beside it."""
-    if isinstance(fields, str):
-        fields = orjson.loads(fields)
-    if not isinstance(fields, dict):
-        return ""
+    """'toolName: lookup · outcome: deny' from the payload's picked fields; `shown` keys are
+    already on screen beside it."""
+    fields = _fields(fields)
     parts = [f"{key}: {fields[key]}" for key in GIST_KEYS if key in fields and key not in shown]
     text = " · ".join(parts)
     return text if len(text) <= GIST_CHARS else text[: GIST_CHARS - 1] + "…"
@@ -300,9 +304,16 @@ def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -
         )
         steps: dict[str, list[DispatchStep]] = {call_id: [] for call_id in ids}
         for call_id, seq, position, run_id, type_, moment, gist in cur.fetchall():
-            text = _gist(gist, shown=("toolName", "moment"))
+            fields = _fields(gist)
             steps[call_id].append(
-                DispatchStep(seq, position, run_id, _stage_of(type_, moment), text, _is_refusal_gist(type_, text))
+                DispatchStep(
+                    seq,
+                    position,
+                    run_id,
+                    _stage_of(type_, moment),
+                    _gist(fields, shown=("toolName", "moment")),
+                    _is_refusal(type_, fields),
+                )
             )
     asks: dict[str, list[Ask]] = {}
     for ask in Ask.objects.filter(project_id=run.project_id, tool_call_id__in=ids).defer("checkpoint", "pause_data"):
@@ -310,11 +321,11 @@ def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -
     return [Dispatch(call, steps[call.tool_call_id], asks.get(call.tool_call_id, [])) for call in calls]
 
 
-def _is_refusal_gist(type_: str, gist: str) -> bool:
+def _is_refusal(type_: str, fields: dict[str, Any]) -> bool:
+    """A step that said no: a deny or refused outcome, a declined decision, or a refusal event."""
     return (
-        "outcome: deny" in gist
-        or "outcome: refused" in gist
-        or "approved: False" in gist
+        fields.get("outcome") in ("deny", "refused")
+        or fields.get("approved") is False
         or type_.endswith(("_refused", ".refused", ".halt"))
     )
 

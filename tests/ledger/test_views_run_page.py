@@ -31,6 +31,13 @@ def test_tool_calls_tab_shows_each_dispatch_in_order(auditor_client, project, de
     assert [t3.index(stage) for stage in stages] == sorted(t3.index(stage) for stage in stages)
 
 
+def test_tool_calls_tab_marks_the_step_that_refused(auditor_client, project, declined_run):
+    html = auditor_client.get(tab(project, declined_run, "tools")).content.decode()
+    refused = re.findall(r'<li class="step refused">(.*?)</li>', html, re.S)
+    assert refused
+    assert all("outcome: deny" in step for step in refused)
+
+
 def test_verdicts_tab_groups_decisions_by_moment_with_their_why(auditor_client, project, declined_run):
     html = auditor_client.get(tab(project, declined_run, "verdicts")).content.decode()
     assert html.count('class="decision-row"') == 11
