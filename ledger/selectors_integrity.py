@@ -15,7 +15,7 @@ from django.db import connection
 from footprint_site.lib.chain import GENESIS, link_hash
 from ledger import anchors
 from ledger.envelopes import replace_nul
-from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run
+from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Project, Run
 
 # Rows per query of the walk: each chunk is its own statement, so progress can be reported
 # between chunks without holding a transaction open for the whole of a long chain.
@@ -157,3 +157,54 @@ def integrity_check_latest(*, run: Run) -> IntegrityCheck | None:
 
 def integrity_check_get(*, run: Run, check_id: int) -> IntegrityCheck | None:
     return IntegrityCheck.objects.filter(run=run, pk=check_id).select_related("requested_by").first()
+
+
+@dataclass
+class AnchorAudit:
+    """A project's anchors checked as a whole: their own chain, and every run they vouch for."""
+
+    anchors: int
+    runs_vouched: int
+    problems: list[str]
+    latest: ChainAnchor | None
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def project_anchors_audit(*, project: Project, limit: int = 200) -> AnchorAudit:
+    """Walk the project's anchors in order (numbers contiguous, each chained to the one before,
+    every signature holding) and check that every run an anchor saw still exists with at least
+    the records it saw. A whole run deleted, which no run page can show, is found here.
+
+    Reports at most `limit` problems; the latest head of each run is what is compared.
+    """
+    problems: list[str] = []
+    previous_digest = GENESIS
+    anchors = list(ChainAnchor.objects.filter(project=project).order_by("number"))
+    for expected, anchor in enumerate(anchors, start=1):
+        if anchor.number != expected:
+            problems.append(f"anchor {expected} is missing: the next one stored is anchor {anchor.number}")
+        elif bytes(anchor.prev_digest) != previous_digest:
+            problems.append(f"anchor {anchor.number} does not chain to anchor {expected - 1}")
+        if not anchor_signature_holds(anchor):
+            problems.append(f"anchor {anchor.number} no longer matches its signature: the anchors were edited")
+        previous_digest = bytes(anchor.digest)
+    latest_heads = (
+        AnchoredHead.objects.filter(project=project)
+        .order_by("run_id", "-chain_length")
+        .distinct("run_id")
+        .values_list("run_id", "chain_length")
+    )
+    stored = dict(Run.objects.filter(project=project).values_list("run_id", "chain_length"))
+    vouched = 0
+    for run_id, length in latest_heads.iterator():
+        vouched += 1
+        if run_id not in stored:
+            problems.append(f"run '{run_id}' was anchored with {length} records and no longer exists")
+        elif stored[run_id] < length:
+            problems.append(f"run '{run_id}' was anchored with {length} records and now has {stored[run_id]}")
+        if len(problems) >= limit:
+            break
+    return AnchorAudit(len(anchors), vouched, problems[:limit], anchors[-1] if anchors else None)

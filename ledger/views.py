@@ -13,7 +13,7 @@ from ledger import selectors_run_page as run_page
 from ledger.exceptions import RunNotFound
 from ledger.forms import RunFilterForm
 from ledger.models import IntegrityCheck, Run
-from ledger.selectors_integrity import integrity_check_latest
+from ledger.selectors_integrity import integrity_check_latest, project_anchors_audit
 from ledger.services import integrity
 
 RUNS_PER_PAGE = 50
@@ -173,3 +173,14 @@ def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> H
     if wants_partial(request):
         return render(request, "ledger/run_detail.html#integrity", {"run": run, "check": check})
     return _run_page(request, run, "timeline", {"check": check})
+
+
+@require_GET
+@login_required
+def project_anchors(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
+    """The project's signed chain anchors checked as a whole, including runs deleted outright."""
+    found = selectors.project_get_for_user(user=request.user, slug=project_slug)
+    if found is None:
+        raise Http404(f"No project '{project_slug}'.")
+    project, _ = found
+    return render(request, "ledger/anchors.html", {"project": project, "audit": project_anchors_audit(project=project)})

@@ -461,6 +461,7 @@ PAGES: dict[str, PageCase] = {
     for case in (
         P("ledger:run-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), GLOBEX_RUN),
         P("ledger:run-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), GLOBEX_RUN, query=GLOBEX_ONLY),
+        P("ledger:project-anchors", "GET", _project, GONE, EVERY_ROLE, (AUDITOR, 200), "Chain anchors of globex"),
         P("ledger:run-detail", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-tab", "GET", _tab, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-events", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),

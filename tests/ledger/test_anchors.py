@@ -105,3 +105,25 @@ def test_a_check_request_on_a_short_chain_answers_at_once(run, auditor):
     check = integrity_check_request(run=run, user=auditor)
     assert (check.status, check.valid, check.records_checked) == ("done", True, 76)
     assert IntegrityCheck.objects.get().requested_by == auditor
+
+
+def test_the_project_audit_finds_a_run_deleted_outright(run, auditor_client, project):
+    chain_anchors_write()
+    url = f"/projects/{project.slug}/anchors/"
+    assert "intact" in auditor_client.get(url).content.decode()
+    Run.objects.filter(pk=run.pk).delete()  # its events and projections go with it (cascade)
+    html = auditor_client.get(url).content.decode()
+    assert f"run &#x27;{RUN_ID}&#x27; was anchored with 76 records and no longer exists" in html
+
+
+def test_the_project_audit_finds_a_removed_anchor(run, agent_client):
+    chain_anchors_write()
+    assert agent_client.ingest(fixture_events("e-tool-effects/events.json")).status_code == 200
+    chain_anchors_write()
+    ChainAnchor.objects.filter(number=1).delete()
+    audit = selectors_integrity.project_anchors_audit(project=run.project)
+    assert audit.problems[0] == "anchor 1 is missing: the next one stored is anchor 2"
+
+
+def test_the_project_audit_is_404_for_an_outsider(outsider_client, project):
+    assert outsider_client.get(f"/projects/{project.slug}/anchors/").status_code == 404
