@@ -65,6 +65,7 @@ def main() -> int:
         ],
         "beat": [PYTHON, "-m", "celery", "-A", "footprint_site", "beat", "--loglevel=INFO"],
     }
+
     def start(name: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(commands[name], cwd=BASE_DIR, env=env, start_new_session=True)
 
