@@ -82,25 +82,34 @@ def _gist(fields: Any, shown: tuple[str, ...] = ()) -> str:
 
 # Only short scalar payload fields leave the database (footprint_payload_gist, migration 0002):
 # a timeline page never ships whole payloads.
+_TIMELINE_SQL = """
+    SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
+           left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
+    FROM ledger_runevent e
+    WHERE e.run_id = %(run)s AND e.seq > %(after)s
+    ORDER BY e.seq LIMIT %(limit)s
+"""
+_EVENTS_OF_TYPES_SQL = """
+    SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
+           left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
+    FROM ledger_runevent e
+    WHERE e.run_id = %(run)s AND e.type = ANY(%(types)s)
+    ORDER BY e.position LIMIT %(limit)s
+"""
 
 
-def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PAGE) -> list[TimelineRow]:
-    """Up to `limit + 1` events after `after_seq` in seq order (keyset on the run's seq index)."""
+def _timeline_rows(sql: str, params: dict[str, Any]) -> list[TimelineRow]:
     with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
-                   left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
-            FROM ledger_runevent e
-            WHERE e.run_id = %(run)s AND e.seq > %(after)s
-            ORDER BY e.seq LIMIT %(limit)s
-            """,
-            {"run": run.pk, "after": after_seq, "limit": limit + 1, "gist_keys": list(GIST_KEYS)},
-        )
+        cur.execute(sql, {**params, "gist_keys": list(GIST_KEYS)})
         return [
             TimelineRow(seq, position, type_, call, wall, stage, _gist(gist))
             for seq, position, type_, call, wall, stage, gist in cur.fetchall()
         ]
+
+
+def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PAGE) -> list[TimelineRow]:
+    """Up to `limit + 1` events after `after_seq` in seq order (keyset on the run's seq index)."""
+    return _timeline_rows(_TIMELINE_SQL, {"run": run.pk, "after": after_seq, "limit": limit + 1})
 
 
 def run_event_get(*, run: Run, position: int) -> RunEvent | None:
@@ -387,20 +396,7 @@ def run_artifact_activity(*, run: Run) -> dict[str, Any]:
 
 
 def run_events_of_types(*, run: Run, types: tuple[str, ...]) -> list[TimelineRow]:
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
-                   left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
-            FROM ledger_runevent e WHERE e.run_id = %(run)s AND e.type = ANY(%(types)s)
-            ORDER BY e.position LIMIT %(limit)s
-            """,
-            {"run": run.pk, "types": list(types), "limit": TAB_LIMIT, "gist_keys": list(GIST_KEYS)},
-        )
-        return [
-            TimelineRow(seq, position, type_, call, wall, stage, _gist(gist))
-            for seq, position, type_, call, wall, stage, gist in cur.fetchall()
-        ]
+    return _timeline_rows(_EVENTS_OF_TYPES_SQL, {"run": run.pk, "types": list(types), "limit": TAB_LIMIT})
 
 
 def run_permission_verdicts(*, run: Run) -> list[PermissionVerdict]:
