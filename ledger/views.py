@@ -31,13 +31,11 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         limit=RUNS_PER_PAGE,
     )
     next_cursor = selectors.encode_cursor(runs[RUNS_PER_PAGE - 1].pk) if len(runs) > RUNS_PER_PAGE else None
-    kept = request.GET.copy()
-    kept.pop("cursor", None)
     template = "ledger/run_list.html" + ("#run-page" if wants_partial(request) else "")
     return render(
         request,
         template,
-        {"runs": runs[:RUNS_PER_PAGE], "next_cursor": next_cursor, "form": form, "filter_query": kept.urlencode()},
+        {"runs": runs[:RUNS_PER_PAGE], "next_cursor": next_cursor, "form": form},
     )
 
 
