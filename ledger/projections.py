@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ledger.envelopes import Event
+from ledger.envelopes import Event, replace_nul
 
 PREFIX = "agentfootprint."
 
@@ -367,6 +367,9 @@ def project_events(events: Iterable[Event]) -> Projection:
         if status and event.seq > delta.status_seq:
             delta.status, delta.status_seq = status, event.seq
         projector = PROJECTORS.get(short_type)
-        if projector is not None and isinstance(event.payload, dict):
-            projector(projection, event, event.payload)
+        payload = event.payload
+        if projector is not None and isinstance(payload, dict):
+            if b"\\u0000" in event.body:  # projections are queryable copies: U+FFFD there, as in `doc`
+                payload = replace_nul(payload)
+            projector(projection, event, payload)
     return projection

@@ -99,6 +99,7 @@ AF_SCOPE = scope_header({"tenant": "t1", "principal": "p1", "conversationId": "c
 SLOT = b'"@@HOSTILE@@"'  # stands in a valid document where a free-form JSON value is allowed
 RUN = "run-hostile"
 PAUSE = "agentfootprint.pause.request"
+TOOL_START, TOOL_END = "agentfootprint.stream.tool_start", "agentfootprint.stream.tool_end"
 BIG_INT = str(2**70)  # 1180591620717411303424: orjson reads it as a float
 OTLP_FIXTURE = (DATA / "g-otel/otlp-traces.json").read_bytes()
 Mentions = tuple[str, ...]  # at least one of them must appear in the answer
@@ -798,6 +799,14 @@ def test_free_form_u0000_in_an_event_is_kept_or_refused_never_a_5xx(world):
             0, type=PAUSE, payload={"questionPayload": {"toolCallId": "c\x00", "question": "?"}}
         ),
         "pause-question": event(0, type=PAUSE, payload={"questionPayload": {"toolCallId": "c1", "question": "\x00"}}),
+        "tool-start-call-id": event(0, type=TOOL_START, payload={"toolName": "t\x00", "toolCallId": "c\x00"}),
+        "tool-end-call-id": event(0, type=TOOL_END, payload={"toolCallId": "c\x00", "result": "\x00"}),
+        "decision-call-id": event(
+            0,
+            type="agentfootprint.middleware.decision",
+            payload={"middleware": "m\x00", "moment": "before-tool", "outcome": "deny", "toolCallId": "c\x00"},
+        ),
+        "composition-path": event(0, meta={"runId": RUN, "compositionPath": ["Agent:\x00"]}),
     }
 
     def check(bad: dict[str, Any]) -> None:

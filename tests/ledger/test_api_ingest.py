@@ -805,6 +805,27 @@ def test_ingest_nul_character_in_payload_is_returned_exactly(agent_client):
     assert _verify(agent_client, "run-nul") == {"valid": True, "recordsChecked": 1}
 
 
+def test_u0000_in_projected_fields_is_u_fffd_in_the_projections_and_kept_in_the_body(agent_client):
+    start = {"toolName": "look\u0000up", "toolCallId": "c\u00001", "args": {"q": "\u0000"}}
+    decision = {"middleware": "guard\u0000", "moment": "before-tool", "outcome": "deny", "toolCallId": "c\u00001"}
+    events = [
+        _event(0, run_id="run-nul-proj", type_="agentfootprint.stream.tool_start", payload=start),
+        _event(1, run_id="run-nul-proj", type_="agentfootprint.middleware.decision", payload=decision),
+        _event(2, run_id="run-nul-proj", compositionPath=["Agent:\u0000"]),
+    ]
+
+    _ingest_ok(agent_client, events)
+
+    call = ToolCall.objects.get(run__run_id="run-nul-proj")
+    assert (call.tool_call_id, call.tool_name, call.args) == ("c\ufffd1", "look\ufffdup", {"q": "\ufffd"})
+    assert MiddlewareDecision.objects.get(run__run_id="run-nul-proj").middleware == "guard\ufffd"
+    assert Refusal.objects.get(run__run_id="run-nul-proj").tool_call_id == "c\ufffd1"
+    stored = RunEvent.objects.filter(run__run_id="run-nul-proj", tool_call_id="c\ufffd1").count()
+    assert stored == 2, "the events rows of the call are found by the projected id"
+    assert _run_events(agent_client, "run-nul-proj") == events
+    assert _verify(agent_client, "run-nul-proj") == {"valid": True, "recordsChecked": 3}
+
+
 def test_ingest_identity_and_status_reach_the_run(agent_client):
     _ingest_ok(
         agent_client,
