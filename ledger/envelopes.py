@@ -29,11 +29,7 @@ class Event:
     payload: Any
     has_payload: bool
     body: bytes
-
-    @property
-    def wall_clock_ms(self) -> int | None:
-        value = self.meta.get("wallClockMs")
-        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    wall_clock_ms: int | None
 
 
 def parse_stream_json(body: bytes) -> Any:
@@ -102,21 +98,14 @@ def _problem(index: int, field: str, message: str) -> dict[str, Any]:
     return {"index": index, "field": field, "message": message}
 
 
-def _check_id(meta: dict[str, Any], key: str, index: int, required: bool) -> dict[str, Any] | None:
-    if key not in meta:
-        if required:
-            return _problem(index, f"meta.{key}", f"meta.{key} is required: the run this event belongs to.")
-        return None
-    value = meta[key]
-    if key == "runId" and not is_run_id(value):
+def _id_problem(index: int, key: str) -> dict[str, Any]:
+    if key == "runId":
         return _problem(index, "meta.runId", RUN_ID_RULE)
-    if not is_plain_id(value):
-        return _problem(
-            index,
-            f"meta.{key}",
-            f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.",
-        )
-    return None
+    return _problem(
+        index,
+        f"meta.{key}",
+        f"meta.{key} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.",
+    )
 
 
 RUN_ID_RULE = (
@@ -134,8 +123,37 @@ def is_plain_id(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and "\x00" not in value
 
 
+def _meta_problems(index: int, meta: Any) -> list[dict[str, Any]]:
+    if not isinstance(meta, dict):
+        return [_problem(index, "meta", "meta must be an object carrying at least runId.")]
+    problems = []
+    if "runId" not in meta:
+        problems.append(_problem(index, "meta.runId", "meta.runId is required: the run this event belongs to."))
+    elif not is_run_id(meta["runId"]):
+        problems.append(_id_problem(index, "runId"))
+    for key in IDENTITY_KEYS:
+        if key in meta and not is_plain_id(meta[key]):
+            problems.append(_id_problem(index, key))
+    if "wallClockMs" in meta and _wall_clock_ms(meta["wallClockMs"]) is None:
+        problems.append(_problem(index, "meta.wallClockMs", "meta.wallClockMs must be a Unix time in milliseconds."))
+    for key in ("subflowPath", "compositionPath"):
+        if key in meta and not isinstance(meta[key], list):
+            problems.append(_problem(index, f"meta.{key}", f"meta.{key} must be an array."))
+    return problems
+
+
+def _wall_clock_ms(value: Any) -> int | None:
+    """Whole milliseconds of a valid `meta.wallClockMs`, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < LAST_WALL_CLOCK_MS:
+        return int(value)
+    return None
+
+
 def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]]]:
-    """Check one envelope; return the event, or the list of what is wrong with it."""
+    """Check one envelope; return the event, or the list of what is wrong with it.
+
+    Runs once per ingested event, so it reads each field once and builds nothing for a good event.
+    """
     if not isinstance(raw, dict):
         return None, [_problem(index, "", "Each event must be a JSON object {seq, type, payload, meta}.")]
     problems = []
@@ -161,28 +179,10 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
             )
         )
     meta = raw.get("meta")
-    if not isinstance(meta, dict):
-        problems.append(_problem(index, "meta", "meta must be an object carrying at least runId."))
-    else:
-        for key, required in (("runId", True), *((k, False) for k in IDENTITY_KEYS)):
-            problem = _check_id(meta, key, index, required)
-            if problem:
-                problems.append(problem)
-        wall = meta.get("wallClockMs")
-        if "wallClockMs" in meta and (
-            not isinstance(wall, int | float) or isinstance(wall, bool) or not 0 <= wall < LAST_WALL_CLOCK_MS
-        ):
-            problems.append(
-                _problem(index, "meta.wallClockMs", "meta.wallClockMs must be a Unix time in milliseconds.")
-            )
-        for key in ("subflowPath", "compositionPath"):
-            if key in meta and not isinstance(meta[key], list):
-                problems.append(_problem(index, f"meta.{key}", f"meta.{key} must be an array."))
+    problems += _meta_problems(index, meta)
     if problems:
         return None, problems
-    assert isinstance(meta, dict)
-    assert isinstance(seq, int)
-    assert isinstance(type_, str)
+    assert isinstance(meta, dict) and isinstance(seq, int) and isinstance(type_, str)  # checked above
     try:
         body = canonical_bytes(raw)
     except orjson.JSONEncodeError:  # the one thing orjson refuses to write back: nesting past its limit
@@ -196,6 +196,7 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
             payload=raw.get("payload"),
             has_payload="payload" in raw,
             body=body,
+            wall_clock_ms=_wall_clock_ms(meta.get("wallClockMs")),
         ),
         [],
     )

@@ -6,6 +6,8 @@ by the upsert that also reads the chain head), always in runId order so two batc
 the same runs cannot deadlock.
 """
 
+import functools
+import struct
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -87,7 +89,7 @@ def _lock_run(cur: Cursor[Any], project: Project, run_id: str, events: list[Even
             identity["sessionId"],
             identity["tenant"],
             identity["principal"],
-            Jsonb(identity["compositionPath"] or []),
+            Jsonb(replace_nul(identity["compositionPath"] or [])),
             source,
             bytes(32),
         ],
@@ -167,6 +169,59 @@ EVENTS = CopyTarget(
         " prev_hash:bytea hash:bytea"
     ),
 )
+
+
+class EventRowsBlock:
+    """`EVENTS` rows in PostgreSQL's binary COPY format, encoded here rather than by psycopg.
+
+    Every ingested event is one row: psycopg's per-field dumpers cost more than the rest of the
+    row's work in Python, while the layout is fixed: a field count, then each field as its byte
+    length and bytes (-1 for NULL), big-endian. `body` is sent as is for `doc` too (jsonb's binary
+    form is a version byte and the JSON text) unless it holds U+0000, which jsonb cannot.
+    """
+
+    SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then flags and header-extension length, both 0
+    TRAILER = b"\xff\xff"
+    NULL = b"\xff\xff\xff\xff"
+    _head = struct.Struct(">hiqiiii")  # field count, then run_id, seq and position with their lengths
+    _length = struct.Struct(">i")
+    _int8 = struct.Struct(">iq")
+    _hashes = struct.Struct(">i32si32s")
+
+    def __init__(self) -> None:
+        self.data = bytearray(self.SIGNATURE)
+        self.rows = 0
+
+    def append(
+        self, run_pk: int, position: int, event: Event, tool_call_id: str | None, prev: bytes, head: bytes
+    ) -> None:
+        body, length = event.body, self._length.pack
+        data = self.data
+        data += self._head.pack(len(EVENTS.columns), 8, run_pk, 4, event.seq, 4, position)
+        data += _text_field(event.type)
+        data += self.NULL if tool_call_id is None else _text_field(tool_call_id)
+        data += self.NULL if event.wall_clock_ms is None else self._int8.pack(8, event.wall_clock_ms)
+        doc = _doc_for_jsonb(body)
+        data += length(len(body))
+        data += body
+        data += length(len(doc) + 1)
+        data += b"\x01"  # jsonb's binary format version
+        data += doc
+        data += self._hashes.pack(32, prev, 32, head)
+        self.rows += 1
+
+    def finished(self) -> bytearray:
+        self.data += self.TRAILER
+        return self.data
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_field(value: str) -> bytes:
+    """A text field: length and UTF-8 bytes. Event types and tool call ids repeat: cached."""
+    encoded = value.encode()
+    return struct.pack(">i", len(encoded)) + encoded
+
+
 DECISIONS = CopyTarget(
     "ledger_middlewaredecision",
     _columns(
@@ -212,7 +267,7 @@ def _tool_call_id(event: Event) -> str | None:
     if isinstance(payload, dict):
         value = payload.get("toolCallId")
         if isinstance(value, str):
-            return value
+            return replace_nul(value)  # as the tool call projection holds it
     return None
 
 
@@ -323,7 +378,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
     # arrays travel as typed parameters instead of being escaped into the SQL text in Python.
     pg = connection.connection
     receipts: list[RunReceipt] = []
-    event_rows: list[tuple[Any, ...]] = []
+    rows = EventRowsBlock()
     new_events: list[Event] = []
     states: dict[str, _RunState] = {}
     duplicates: dict[str, int] = {}
@@ -338,25 +393,14 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
             head = state.head
             for offset, event in enumerate(fresh):
                 prev, head = head, link_hash(head, event.body)
-                event_rows.append(
-                    (
-                        state.pk,
-                        event.seq,
-                        state.chain_length + offset,
-                        event.type,
-                        _tool_call_id(event),
-                        event.wall_clock_ms,
-                        event.body.decode(),
-                        Jsonb(_doc_for_jsonb(event.body), dumps=_raw_json),
-                        prev,
-                        head,
-                    )
-                )
+                rows.append(state.pk, state.chain_length + offset, event, _tool_call_id(event), prev, head)
             new_events.extend(fresh)
             accepted[run_id] = len(fresh)
             state.chain_length += len(fresh)
             state.head = head
-        _copy(cur, EVENTS, event_rows)
+        if rows.rows:
+            with cur.copy(EVENTS.statement) as copy:
+                copy.write(rows.finished())
         projection = project_events(new_events)
         _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()})
         if projection.pauses:
