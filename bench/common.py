@@ -11,7 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
@@ -122,16 +124,23 @@ class RssSampler(threading.Thread):
 class CpuMeter:
     """CPU seconds spent inside the block by named groups of processes, by this client process, and
     by everything else on the machine ("other": PostgreSQL's background writers, other jobs).
-    CPU per event is steadier than events/s on a shared machine; a large "other" flags noise."""
+    CPU per event is steadier than events/s on a shared machine; a large "other" flags noise.
 
-    def __init__(self, **groups: list[int]) -> None:
+    A group is a list of pids or a function listing them: listed again at the end, so processes
+    born inside the block (a web thread's first database connection) count from zero."""
+
+    def __init__(self, **groups: list[int] | Callable[[], list[int]]) -> None:
         self.groups, self.seconds = groups, {}
 
-    def _read(self) -> dict[str, float]:
+    def _pids(self, name: str) -> list[int]:
+        group = self.groups[name]
+        return group() if callable(group) else group
+
+    def _read(self) -> dict[str, Any]:
         times = psutil.cpu_times()
         busy = times.user + times.nice + times.system + getattr(times, "irq", 0) + getattr(times, "softirq", 0)
         return {
-            **{name: _cpu_of(pids) for name, pids in self.groups.items()},
+            **{name: _cpu_by_pid(self._pids(name)) for name in self.groups},
             "client": time.process_time(),
             "all": busy,
         }
@@ -141,18 +150,22 @@ class CpuMeter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        spent = {name: value - self.start[name] for name, value in self._read().items()}
+        end = self._read()
+        spent = {name: end[name] - self.start[name] for name in ("client", "all")}
+        for name in self.groups:
+            before = self.start[name]
+            spent[name] = sum(cpu - before.get(pid, 0.0) for pid, cpu in end[name].items())
         spent["other"] = spent.pop("all") - sum(spent.values())
         self.seconds = spent
 
 
-def _cpu_of(pids: list[int]) -> float:
-    total = 0.0
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    cpu = {}
     for pid in pids:
         with contextlib.suppress(psutil.Error):  # a process that is gone counts as nothing
             times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system
-    return total
+            cpu[pid] = times.user + times.system
+    return cpu
 
 
 def machine() -> str:

@@ -469,7 +469,7 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
           flush=True)  # fmt: skip
     # prepare_threshold=None: the ORM's statements are not server-side prepared, so neither is the baseline.
     with psycopg.connect(common.DATABASE_URL, autocommit=True, prepare_threshold=None) as db:
-        meter = common.CpuMeter(postgres=common.database_backends())  # this process's backend and the baseline's
+        meter = common.CpuMeter(postgres=common.database_backends)  # this process's backend and the baseline's
         wall, load = time.perf_counter(), os.getloadavg()[0]
         with meter:
             timing_rounds(client, live, db, baselines, base_times)
