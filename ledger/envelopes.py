@@ -182,7 +182,9 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
     problems += _meta_problems(index, meta)
     if problems:
         return None, problems
-    assert isinstance(meta, dict) and isinstance(seq, int) and isinstance(type_, str)  # checked above
+    assert isinstance(meta, dict)  # each checked above; the asserts tell mypy
+    assert isinstance(seq, int)
+    assert isinstance(type_, str)
     try:
         body = canonical_bytes(raw)
     except orjson.JSONEncodeError:  # the one thing orjson refuses to write back: nesting past its limit

@@ -12,6 +12,4 @@ GENESIS = bytes(32)
 
 
 def link_hash(prev_hash: bytes, body: bytes) -> bytes:
-    digest = hashlib.sha256(prev_hash)
-    digest.update(body)
-    return digest.digest()
+    return hashlib.sha256(prev_hash + body).digest()

@@ -186,6 +186,7 @@ class EventRowsBlock:
     _head = struct.Struct(">hiqiiii")  # field count, then run_id, seq and position with their lengths
     _length = struct.Struct(">i")
     _int8 = struct.Struct(">iq")
+    _jsonb = struct.Struct(">ib")  # length, then jsonb's binary format version (1) before the text
     _hashes = struct.Struct(">i32si32s")
 
     def __init__(self) -> None:
@@ -195,19 +196,20 @@ class EventRowsBlock:
     def append(
         self, run_pk: int, position: int, event: Event, tool_call_id: str | None, prev: bytes, head: bytes
     ) -> None:
-        body, length = event.body, self._length.pack
-        data = self.data
-        data += self._head.pack(len(EVENTS.columns), 8, run_pk, 4, event.seq, 4, position)
-        data += _text_field(event.type)
-        data += self.NULL if tool_call_id is None else _text_field(tool_call_id)
-        data += self.NULL if event.wall_clock_ms is None else self._int8.pack(8, event.wall_clock_ms)
-        doc = _doc_for_jsonb(body)
-        data += length(len(body))
-        data += body
-        data += length(len(doc) + 1)
-        data += b"\x01"  # jsonb's binary format version
-        data += doc
-        data += self._hashes.pack(32, prev, 32, head)
+        body, doc, wall = event.body, _doc_for_jsonb(event.body), event.wall_clock_ms
+        self.data += b"".join(
+            (
+                self._head.pack(len(EVENTS.columns), 8, run_pk, 4, event.seq, 4, position),
+                _text_field(event.type),
+                self.NULL if tool_call_id is None else _text_field(tool_call_id),
+                self.NULL if wall is None else self._int8.pack(8, wall),
+                self._length.pack(len(body)),
+                body,
+                self._jsonb.pack(len(doc) + 1, 1),
+                doc,
+                self._hashes.pack(32, prev, 32, head),
+            )
+        )
         self.rows += 1
 
     def finished(self) -> bytearray:
