@@ -805,6 +805,35 @@ def test_ingest_nul_character_in_payload_is_returned_exactly(agent_client):
     assert _verify(agent_client, "run-nul") == {"valid": True, "recordsChecked": 1}
 
 
+def test_every_column_of_an_event_row_is_stored_as_sent(agent_client):
+    """The rows are encoded to PostgreSQL's binary COPY format by hand: each column, NULL or not."""
+    events = [
+        _event(0, run_id="run-cols", type_="agentfootprint.stream.tool_start", payload={"toolCallId": "call-é"}),
+        _event(1, run_id="run-cols", type_="ünïcode.type", wallClockMs=1_796_043_007_832),
+        _event(2, run_id="run-cols", wallClockMs=1.7960430078329e12),  # a float time keeps its whole ms
+        _event(3, run_id="run-cols", payload={"n": 1e2, "deep": {"x": [True, None, -0.5]}}),
+    ]
+
+    receipt = _receipt(agent_client, events)
+
+    rows = RunEvent.objects.filter(run__run_id="run-cols").order_by("position")
+    stored = [(r.seq, r.position, r.type, r.tool_call_id, r.wall_clock_ms) for r in rows]
+    assert stored == [
+        (0, 0, "agentfootprint.stream.tool_start", "call-é", None),
+        (1, 1, "ünïcode.type", None, 1_796_043_007_832),
+        (2, 2, "agentfootprint.agent.iteration_start", None, 1_796_043_007_832),
+        (3, 3, "agentfootprint.agent.iteration_start", None, None),
+    ]
+    head = bytes(32)
+    for row, event in zip(rows, events, strict=True):
+        body = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        assert row.body.encode() == body
+        assert row.doc == json.loads(body)
+        assert (bytes(row.prev_hash), bytes(row.hash)) == (head, hashlib.sha256(head + body).digest())
+        head = bytes(row.hash)
+    assert receipt["head"] == head.hex()
+
+
 def test_u0000_in_projected_fields_is_u_fffd_in_the_projections_and_kept_in_the_body(agent_client):
     start = {"toolName": "look\u0000up", "toolCallId": "c\u00001", "args": {"q": "\u0000"}}
     decision = {"middleware": "guard\u0000", "moment": "before-tool", "outcome": "deny", "toolCallId": "c\u00001"}
