@@ -105,6 +105,12 @@ def person(django_user_model: Any, username: str, project: Project | None, role:
     return user
 
 
+def signed_in_client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 @pytest.fixture
 def auditor(django_user_model: Any, project: Project) -> Any:
     return person(django_user_model, "alice", project, Membership.Role.AUDITOR)
@@ -117,9 +123,7 @@ def approver(django_user_model: Any, project: Project) -> Any:
 
 @pytest.fixture
 def approver_client(approver: Any) -> Client:
-    client = Client()
-    client.force_login(approver)
-    return client
+    return signed_in_client(approver)
 
 
 @pytest.fixture
@@ -129,16 +133,12 @@ def outsider(django_user_model: Any, other_project: Project) -> Any:
 
 @pytest.fixture
 def auditor_client(auditor: Any) -> Client:
-    client = Client()
-    client.force_login(auditor)
-    return client
+    return signed_in_client(auditor)
 
 
 @pytest.fixture
 def outsider_client(outsider: Any) -> Client:
-    client = Client()
-    client.force_login(outsider)
-    return client
+    return signed_in_client(outsider)
 
 
 @pytest.fixture(autouse=True, scope="session")
