@@ -82,11 +82,12 @@ def _database_from_environment() -> dict[str, object]:
     config["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     config["CONN_HEALTH_CHECKS"] = True
     # Django turns psycopg's prepared statements off (for transaction-pooling PgBouncers before
-    # 1.21); ingestion's server-side-binding statements run on every request, and parsing and
-    # planning them anew was a fifth of PostgreSQL's work outside its COPYs. Django's own
-    # client-side-binding cursors never prepare, whatever this says.
+    # 1.21, which need "off" here); ingestion's server-side-binding statements run on every
+    # request, and parsing and planning them anew was a fifth of PostgreSQL's work outside its
+    # COPYs. Django's own client-side-binding cursors never prepare, whatever this says.
+    threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="5")
     options: dict[str, object] = config.setdefault("OPTIONS", {})  # type: ignore[assignment]
-    options["prepare_threshold"] = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
+    options["prepare_threshold"] = None if threshold == "off" else int(threshold)
     config.setdefault("TEST", {"NAME": f"test_{config['NAME']}"})
     return config
 

@@ -919,3 +919,30 @@ def test_ingest_payload_value_longer_than_a_projection_column_is_still_stored(ag
     assert response.status_code == 200, response.content[:300]
     assert _run_events(agent_client, "run-long") == [event]
     assert _verify(agent_client, "run-long") == {"valid": True, "recordsChecked": 1}
+
+
+def test_ingestion_statements_are_prepared_once_they_repeat(agent_client):
+    """Parsing and planning the per-request statements anew was a fifth of PostgreSQL's work
+    outside the COPYs: psycopg prepares them on their 5th run (settings: prepare_threshold)."""
+    for seq in range(6):
+        _receipt(agent_client, [_event(seq, run_id="run-prepared")])
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [statement for (statement,) in cur.fetchall()]
+    assert any("INSERT INTO ledger_run" in statement for statement in prepared)
+    assert any("UPDATE ledger_run SET" in statement for statement in prepared)
+    assert _verify(agent_client, "run-prepared") == {"valid": True, "recordsChecked": 6}
+
+
+@pytest.mark.parametrize(("value", "threshold"), [(None, 5), ("0", 0), ("off", None)])
+def test_prepared_statements_can_be_turned_off_for_old_pgbouncers(monkeypatch, value, threshold):
+    from footprint_site.settings import _database_from_environment
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://u@db.example:5432/footprint")
+    if value is None:
+        monkeypatch.delenv("DATABASE_PREPARE_THRESHOLD", raising=False)
+    else:
+        monkeypatch.setenv("DATABASE_PREPARE_THRESHOLD", value)
+
+    assert _database_from_environment()["OPTIONS"] == {"prepare_threshold": threshold}
