@@ -1,8 +1,8 @@
 # `make run` and `make test` set themselves up: venv, install from the lock file, database.
 # The venv's interpreter: PYTHON when given, else the distribution's /usr/bin/python3 when it is
 # 3.11+ and can make a venv, else python3 on PATH. Distribution builds are compiled with
-# optimizations that pyenv's default build leaves out: measured on the ingestion benchmark, the
-# web workers spent 8-17% less CPU per event on Debian's 3.11 than on pyenv's 3.11.
+# optimizations that pyenv's default build leaves out: on the ingestion benchmark the web
+# workers spent 7-26% less CPU per event on Debian's 3.11 than on pyenv's (3 paired runs).
 PYTHON ?= $(or $(shell for candidate in /usr/bin/python3 python3; do \
 	$$candidate -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& echo $$candidate && break; done),python3)
