@@ -3,8 +3,7 @@
 Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production settings), posts
 RUNS x 500 events from 4 client threads, and COPYs the identical ledger_runevent rows into a bare
 copy of that table in one transaction (three times: once before the HTTP phase, twice after; the
-median is the baseline). Prints the
-figures and writes bench/results/ingest.json.
+median is the baseline). Prints the figures and writes bench/results/ingest.json.
 A benchmark, not a test: nothing asserts on time. It does check that every batch was stored and
 that the server's chain heads equal the ones computed for the COPY rows (else the ratio compares
 different work).
