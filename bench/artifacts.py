@@ -307,7 +307,7 @@ def main() -> None:
             put["payload"] = {"shape": "json", "value": body_of(0)}
             conn = http.client.HTTPConnection("127.0.0.1", common.PORT, timeout=60)
             conn.request("POST", "/api/v1/artifacts", orjson.dumps(put), {"Authorization": f"Bearer {key}",
-                         "AF-Scope": scope_header("conv-0")})  # fmt: skip
+                         "AF-Scope": scope_header("conv-0"), "Content-Type": "application/json"})  # fmt: skip
             response = conn.getresponse()
             assert response.status == 201, response.read()
             store = db.execute("SELECT id FROM artifacts_artifactstore").fetchone()[0]
