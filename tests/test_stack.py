@@ -55,10 +55,16 @@ def _wait_for(output: Path, text: str, stack: subprocess.Popen[bytes], after: in
     pytest.fail(f"no {text!r} from make run within {TIMEOUT_SECONDS}s:\n{output.read_text()[-3000:]}")
 
 
-def _celery_worker(stack_pid: int) -> psutil.Process:
-    children = psutil.Process(stack_pid).children(recursive=False)
-    (worker,) = [p for p in children if "worker" in p.cmdline()]
-    return worker
+def _celery_worker(stack_pid: int, other_than: int | None = None) -> psutil.Process:
+    """The stack's one Celery worker; waits for it, since the stack logs a restart before starting it."""
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        children = psutil.Process(stack_pid).children(recursive=False)
+        workers = [p for p in children if p.pid != other_than and "worker" in p.cmdline()]
+        if len(workers) == 1:
+            return workers[0]
+        time.sleep(0.1)
+    pytest.fail(f"the stack has no single Celery worker after {TIMEOUT_SECONDS}s")
 
 
 def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
@@ -83,8 +89,8 @@ def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database
         os.killpg(worker.pid, signal.SIGKILL)
 
         _wait_for(output, "worker exited with -9; starting it again.", stack, after=seen)
-        replacement = _celery_worker(stack.pid)
-        assert replacement.pid != worker.pid
+        replacement = _celery_worker(stack.pid, other_than=worker.pid)
+        assert replacement.is_running()
         started += psutil.Process(stack.pid).children(recursive=True)
 
         stack.send_signal(signal.SIGINT)
