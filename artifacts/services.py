@@ -20,6 +20,7 @@ from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
 from artifacts.scopes import Scope
 from footprint_site.lib.js import js_stringify, js_trim
+from ledger.envelopes import json_holds_nul
 from ledger.models import Project
 
 MAX_TTL_FACTS_PER_PUT = 1000
@@ -77,7 +78,7 @@ def _check_put(spec: PutInput, now: int) -> None:
     for name, value in (("kind", spec.kind), ("mediaType", spec.media_type), ("label", spec.label)):
         if isinstance(value, str) and "\x00" in value:
             raise InvalidArtifact(f"{name} contains the character U+0000, which this store cannot keep.")
-    if spec.origin is not None and b"\\u0000" in orjson.dumps(spec.origin):
+    if spec.origin is not None and json_holds_nul(orjson.dumps(spec.origin)):
         raise InvalidArtifact("origin contains the character U+0000, which this store cannot keep.")
     if "expiresAt" in spec.present:
         value = spec.expires_at

@@ -83,6 +83,12 @@ def canonical_bytes(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
+def json_holds_nul(text: bytes) -> bool:
+    """Whether JSON text (as orjson writes it) holds U+0000, which it escapes as \\u0000. Also yes
+    for the text of a backslash followed by "u0000": a caller that replaces then changes nothing."""
+    return b"\\u0000" in text
+
+
 def replace_nul(value: Any) -> Any:
     """The value with every U+0000 replaced by U+FFFD (jsonb cannot store U+0000)."""
     if isinstance(value, str):

@@ -14,7 +14,7 @@ from django.db import connection
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from ledger import anchors
-from ledger.envelopes import replace_nul
+from ledger.envelopes import json_holds_nul, replace_nul
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Project, Run
 
 # Rows per query of the walk: each chunk is its own statement, so progress can be reported
@@ -56,7 +56,7 @@ def _record_problem(
     if link_hash(prev, raw) != stored_hash:
         return f"hash mismatch at record {position}: its stored bytes were edited or corrupted"
     parsed = orjson.loads(raw)
-    if b"\\u0000" in raw:
+    if json_holds_nul(raw):
         parsed = replace_nul(parsed)
     if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
         doc = orjson.loads(doc)

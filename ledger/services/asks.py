@@ -13,7 +13,16 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ledger.envelopes import MAX_DEPTH, MAX_ID_LENGTH, RUN_ID_RULE, Event, is_plain_id, is_run_id, replace_nul
+from ledger.envelopes import (
+    MAX_DEPTH,
+    MAX_ID_LENGTH,
+    RUN_ID_RULE,
+    Event,
+    is_plain_id,
+    is_run_id,
+    json_holds_nul,
+    replace_nul,
+)
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event
@@ -96,7 +105,7 @@ def _check_decision(by_label: str, note: str | None, value: Any) -> None:
         written = orjson.dumps(value)
     except orjson.JSONEncodeError:
         raise AskInvalid(f"value nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
-    if b"\\u0000" in written:
+    if json_holds_nul(written):
         raise AskInvalid("value must not contain U+0000.")
 
 

@@ -19,7 +19,7 @@ from psycopg import Cursor
 from psycopg.types.json import Jsonb
 
 from footprint_site.lib.chain import link_hash
-from ledger.envelopes import Event, canonical_bytes, replace_nul
+from ledger.envelopes import Event, canonical_bytes, json_holds_nul, replace_nul
 from ledger.exceptions import SeqConflict
 from ledger.models import Project, Run
 from ledger.projections import Projection, project_events
@@ -135,7 +135,7 @@ def _split_new(
 
 def _doc_for_jsonb(body: bytes) -> bytes:
     # jsonb cannot hold U+0000: the queryable copy carries U+FFFD there; `body` keeps the truth.
-    if b"\\u0000" not in body:
+    if not json_holds_nul(body):
         return body
     return orjson.dumps(replace_nul(orjson.loads(body)))
 
