@@ -7,7 +7,8 @@ bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", max(2, (os.cpu_count() or 1) * 2)))
 # Threads: an ask long-poll holds its request for up to 55 s, which would idle a sync worker.
 threads = int(os.environ.get("WEB_THREADS", "4"))
-worker_class = "gthread" if threads > 1 else "sync"
+# gthread, but new connections go to the worker holding the fewest (see footprint_site/gunicorn_worker.py).
+worker_class = "footprint_site.gunicorn_worker.BalancedThreadWorker" if threads > 1 else "sync"
 timeout = 75  # the ask long-poll holds a request up to 55 s
 keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None

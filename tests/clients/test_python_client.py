@@ -5,10 +5,8 @@ The package is imported from its source directory (added to sys.path below) so `
 no install step; `pip install ./clients/python` installs the same module.
 """
 
-import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +23,7 @@ from artifacts.services import artifact_corrupt, store_for_project
 from ledger.models import AgentKey, Ask, Project, Run, RunEvent
 from ledger.services import agent_key_create, ask_decide
 from tests.conftest import fixture_events, load_fixture
+from tests.servers import Gunicorn, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 CLIENT_SOURCE = PROJECT_ROOT / "clients" / "python"
@@ -128,7 +127,7 @@ def test_event_sender_splits_batches_by_bytes_and_numbers_each_run_separately(cl
 
 
 def test_a_failed_post_keeps_every_numbered_event_buffered(live_server: Any, secret: str) -> None:
-    dead = Client(f"http://127.0.0.1:{_free_port()}", secret, retries=1, backoff=0.01)
+    dead = Client(f"http://127.0.0.1:{free_port()}", secret, retries=1, backoff=0.01)
     sender = EventSender(dead, batch_size=20)
     for event in A_EVENTS[:19]:
         assert sender.send(event) == []
@@ -350,75 +349,6 @@ def test_open_ask_refuses_a_naive_deadline_and_sends_an_aware_one(client: Client
 
 
 # Retries through a real server restart
-
-
-def _test_database_url() -> str:
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db["HOST"] or "localhost"
-    if host.startswith("/"):  # the embedded PostgreSQL listens on a socket directory
-        return f"postgres://{db['USER']}{password}@/{db['NAME']}?host={host}"
-    return f"postgres://{db['USER']}{password}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Gunicorn:
-    """The production web server (gunicorn.conf.py) on pytest's test database."""
-
-    def __init__(self, log: Path) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "DATABASE_URL": _test_database_url(),
-            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or "test-only",
-            "DJANGO_HTTPS": "0",
-            "HOST": "127.0.0.1",
-            "PORT": str(self.port),
-            "WEB_CONCURRENCY": "1",
-        }
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"],
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: the workers go down with it
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"gunicorn exited with {self.process.returncode}:\n{self.log.read_text(errors='replace')}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=5) as answer:  # noqa: S310
-                    if answer.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"gunicorn did not answer /healthz within 60 s:\n{self.log.read_text(errors='replace')}")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, sig)
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        except ProcessLookupError:
-            self.process.wait()
 
 
 def test_flush_and_put_retry_through_a_server_restart(secret: str, tmp_path: Path) -> None:
