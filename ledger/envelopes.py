@@ -20,7 +20,9 @@ IDENTITY_KEYS = ("sessionId", "tenant", "principal")
 
 @dataclass(slots=True)
 class Event:
-    """A checked event. `body` is the canonical text (sorted keys, no whitespace) that is hashed."""
+    """A checked event. `body` is the canonical text (sorted keys, no whitespace) that is hashed;
+    `holds_nul` says whether it holds U+0000, which the queryable copies replace (jsonb cannot
+    hold it)."""
 
     run_id: str
     seq: int
@@ -29,6 +31,7 @@ class Event:
     payload: Any
     has_payload: bool
     body: bytes
+    holds_nul: bool
     wall_clock_ms: int | None
 
 
@@ -160,10 +163,12 @@ def _wall_clock_ms(value: Any) -> int | None:
     return None
 
 
-def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]]]:
+def check_event(index: int, raw: Any, *, may_hold_nul: bool = True) -> tuple[Event | None, list[dict[str, Any]]]:
     """Check one envelope; return the event, or the list of what is wrong with it.
 
     Runs once per ingested event (it is on the ingestion hot path), so each field is read once.
+    `may_hold_nul=False` when the JSON text the event was read from holds no U+0000: then its
+    canonical text cannot either, and is not searched.
     """
     if not isinstance(raw, dict):
         return None, [_problem(index, "", "Each event must be a JSON object {seq, type, payload, meta}.")]
@@ -202,7 +207,9 @@ def check_event(index: int, raw: Any) -> tuple[Event | None, list[dict[str, Any]
     except orjson.JSONEncodeError:  # the one thing orjson refuses to write back: nesting past its limit
         return None, [_problem(index, "", f"The event nests deeper than {MAX_DEPTH} levels of arrays and objects.")]
     # Positional: keyword arguments cost a measurable share of this per-event function.
-    return Event(meta["runId"], seq, type_, meta, raw.get("payload"), "payload" in raw, body, wall_clock_ms), []
+    holds_nul = may_hold_nul and json_holds_nul(body)
+    payload = raw.get("payload")
+    return Event(meta["runId"], seq, type_, meta, payload, "payload" in raw, body, holds_nul, wall_clock_ms), []
 
 
 def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
@@ -228,14 +235,15 @@ def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
         )
     if not raw_events:
         raise BatchInvalid("events is empty: send at least one event.", errors=[_problem(-1, "events", "empty")])
-    return check_events(raw_events)
+    return check_events(raw_events, may_hold_nul=json_holds_nul(body))
 
 
-def check_events(raw_events: list[Any]) -> list[Event]:
+def check_events(raw_events: list[Any], *, may_hold_nul: bool = True) -> list[Event]:
+    """Check every envelope; raise BatchInvalid naming each problem. `may_hold_nul`: see check_event."""
     events: list[Event] = []
     problems: list[dict[str, Any]] = []
     for index, raw in enumerate(raw_events):
-        event, found = check_event(index, raw)
+        event, found = check_event(index, raw, may_hold_nul=may_hold_nul)
         if event is not None:
             events.append(event)
         problems.extend(found)

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ledger.envelopes import Event, json_holds_nul, replace_nul
+from ledger.envelopes import Event, replace_nul
 
 PREFIX = "agentfootprint."
 
@@ -369,7 +369,7 @@ def project_events(events: Iterable[Event]) -> Projection:
         projector = PROJECTORS.get(short_type)
         payload = event.payload
         if projector is not None and isinstance(payload, dict):
-            if json_holds_nul(event.body):  # projections are queryable copies: U+FFFD there, as in `doc`
+            if event.holds_nul:  # projections are queryable copies: U+FFFD there, as in `doc`
                 payload = replace_nul(payload)
             projector(projection, event, payload)
     return projection

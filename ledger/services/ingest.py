@@ -133,9 +133,9 @@ def _split_new(
     return [fresh[seq] for seq in sorted(fresh)], duplicates
 
 
-def _doc_for_jsonb(body: bytes) -> bytes:
+def _doc_for_jsonb(body: bytes, holds_nul: bool) -> bytes:
     # jsonb cannot hold U+0000: the queryable copy carries U+FFFD there; `body` keeps the truth.
-    if not json_holds_nul(body):
+    if not holds_nul:
         return body
     return orjson.dumps(replace_nul(orjson.loads(body)))
 
@@ -196,7 +196,7 @@ class EventRowsBlock:
     def append(
         self, run_pk: int, position: int, event: Event, tool_call_id: str | None, prev: bytes, head: bytes
     ) -> None:
-        body, doc, wall = event.body, _doc_for_jsonb(event.body), event.wall_clock_ms
+        body, doc, wall = event.body, _doc_for_jsonb(event.body, event.holds_nul), event.wall_clock_ms
         self.parts += (
             self._head.pack(len(EVENTS.columns), 8, run_pk, 4, event.seq, 4, position),
             _text_field(event.type),
@@ -267,7 +267,7 @@ def _tool_call_id(event: Event) -> str | None:
     if isinstance(payload, dict):
         value = payload.get("toolCallId")
         if isinstance(value, str):
-            return replace_nul(value)  # as the tool call projection holds it
+            return replace_nul(value) if event.holds_nul else value  # as the tool call projection holds it
     return None
 
 
@@ -492,7 +492,7 @@ def run_append_server_event(*, project: Project, run_id: str, type_: str, payloa
                 payload.get("toolCallId"),
                 now_ms,
                 body.decode(),
-                _doc_for_jsonb(body).decode(),
+                _doc_for_jsonb(body, json_holds_nul(body)).decode(),
                 state.head,
                 head,
             ],

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ledger.envelopes import check_events, is_run_id, parse_stream_json
+from ledger.envelopes import check_events, is_run_id, json_holds_nul, parse_stream_json
 from ledger.exceptions import RecordingInvalid
 from ledger.models import MiddlewareDecision, Project, Recording, Run
 from ledger.services.ingest import RunReceipt, events_ingest
@@ -99,7 +99,8 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
     run_id, raw_events = _events_of(envelope)
     if not raw_events:
         raise RecordingInvalid("recording.events is empty: there is nothing to store.")
-    (receipt,) = events_ingest(project=project, events=check_events(raw_events), source=Run.Source.RECORDING)
+    events = check_events(raw_events, may_hold_nul=json_holds_nul(body))
+    (receipt,) = events_ingest(project=project, events=events, source=Run.Source.RECORDING)
     run = Run.objects.get(project=project, run_id=run_id)
     run_info = envelope["run"]
     _, created = Recording.objects.get_or_create(
