@@ -59,13 +59,16 @@ class _RunState:
     max_seq: int
 
 
+RUN_IDENTITY_KEYS = ("sessionId", "tenant", "principal", "compositionPath")
+
+
 def _identity_of(events: list[Event]) -> dict[str, Any]:
-    identity: dict[str, Any] = {"sessionId": None, "tenant": None, "principal": None, "compositionPath": None}
-    for event in events:
-        for key in identity:
-            if identity[key] is None and key in event.meta:
-                identity[key] = event.meta[key]
-    return identity
+    """Each identity key's first non-null value in the run's events. One pass per key: most keys
+    are on the first event or on none."""
+    return {
+        key: next((event.meta[key] for event in events if event.meta.get(key) is not None), None)
+        for key in RUN_IDENTITY_KEYS
+    }
 
 
 def _lock_run(cur: Cursor[Any], project: Project, run_id: str, events: list[Event], source: str) -> _RunState:
