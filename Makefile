@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test e2e e2e-deps bench soak lint typecheck check worker beat stop clean lock
+.PHONY: install compile run test e2e e2e-deps bench soak lint typecheck check worker beat stop clean lock
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,14 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+# The ingestion hot path compiled to C by mypyc (footprint_site/compiled.py); compiled again
+# whenever its source changed. Without a C compiler it says so and the source runs as is.
+compile: $(STAMP)
+	$(BIN)/python -m footprint_site.compiled
 
-run: $(STAMP)
+install: compile
+
+run: compile
 	$(BIN)/python -m footprint_site.stack
 
 # The suite runs against DATABASE_URL when set, else the embedded PostgreSQL; likewise the broker.
@@ -30,13 +35,13 @@ PYTEST := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-test-only} $(BIN)/python -m py
 
 # The whole suite: everything, then the browser journeys in Debian's Chromium. pytest's exit
 # code 5 (nothing collected) is a failure here, never a pass.
-test: $(STAMP)
+test: compile
 	$(PYTEST) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi
 	@if [ -x $(CHROMIUM) ]; then $(MAKE) --no-print-directory e2e; \
 	else echo "*** Browser tests NOT run: $(CHROMIUM) is missing (make e2e-deps installs it; CI does) ***"; fi
 
-e2e: $(STAMP)
+e2e: compile
 	$(PYTEST) -m e2e tests/e2e; rc=$$?; if [ $$rc -eq 5 ]; then echo "no browser tests collected: failing"; exit 1; fi; exit $$rc
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
@@ -44,7 +49,7 @@ e2e-deps:
 	test -x $(CHROMIUM) || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
 # Each benchmark prints figures as ratios against a baseline measured in the same run.
-bench: $(STAMP)
+bench: compile
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/artifacts.py
 	$(BIN)/python bench/asks.py
@@ -54,15 +59,15 @@ bench: $(STAMP)
 # SOAK_MINUTES (30) of steady mixed load on gunicorn + Celery worker + beat, real PostgreSQL and
 # Redis; fails on errors, memory growth or any mismatch with the database. Then the API fuzz with
 # many more examples than `make test` runs. Both always run; either failing fails the target.
-soak: $(STAMP)
+soak: compile
 	$(BIN)/python bench/soak.py; rc=$$?; \
 	FUZZ_EXAMPLES=200 $(PYTEST) tests/test_fuzz_api.py || rc=1; \
 	exit $$rc
 
-worker: $(STAMP)
+worker: compile
 	$(BIN)/celery -A footprint_site worker --loglevel=INFO
 
-beat: $(STAMP)
+beat: compile
 	$(BIN)/celery -A footprint_site beat --loglevel=INFO
 
 stop: $(STAMP)
@@ -86,3 +91,4 @@ lock:
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+	find ledger footprint_site -name '*.so' -delete

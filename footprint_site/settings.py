@@ -6,7 +6,10 @@ import django_stubs_ext
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from footprint_site.compiled import refuse_stale_copies
+
 django_stubs_ext.monkeypatch()
+refuse_stale_copies()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(environ.Env().str("FOOTPRINT_DATA_DIR", default=str(BASE_DIR / ".data")))

@@ -11,7 +11,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from django.db import connection, transaction
@@ -162,7 +162,8 @@ class CopyTarget:
 
 def _columns(spec: str) -> tuple[tuple[str, str], ...]:
     """'run_id:int8 seq:int4 …' → (("run_id", "int8"), …)."""
-    return tuple((name, kind) for name, kind in (item.split(":") for item in spec.split()))
+    pairs = [item.split(":") for item in spec.split()]
+    return tuple((name, kind) for name, kind in pairs)
 
 
 EVENTS = CopyTarget(
@@ -183,14 +184,14 @@ class EventRowsBlock:
     form is a version byte and the JSON text) unless it holds U+0000, which jsonb cannot.
     """
 
-    SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then flags and header-extension length, both 0
-    TRAILER = b"\xff\xff"
-    NULL = b"\xff\xff\xff\xff"
-    _head = struct.Struct(">hiqiiii")  # field count, then run_id, seq and position with their lengths
-    _length = struct.Struct(">i")
-    _int8 = struct.Struct(">iq")
-    _jsonb = struct.Struct(">ib")  # length, then jsonb's binary format version (1) before the text
-    _hashes = struct.Struct(">i32si32s")
+    SIGNATURE: ClassVar[bytes] = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then flags and header-extension length, 0
+    TRAILER: ClassVar[bytes] = b"\xff\xff"
+    NULL: ClassVar[bytes] = b"\xff\xff\xff\xff"
+    _head: ClassVar[struct.Struct] = struct.Struct(">hiqiiii")  # field count, run_id, seq, position, with lengths
+    _length: ClassVar[struct.Struct] = struct.Struct(">i")
+    _int8: ClassVar[struct.Struct] = struct.Struct(">iq")
+    _jsonb: ClassVar[struct.Struct] = struct.Struct(">ib")  # length, then jsonb's binary format version (1)
+    _hashes: ClassVar[struct.Struct] = struct.Struct(">i32si32s")
 
     def __init__(self) -> None:
         self.parts: list[bytes] = [self.SIGNATURE]  # joined once at the end: no copy per row

@@ -1,0 +1,42 @@
+"""The compiled copies of the ingestion hot path never run in place of a newer source."""
+
+import importlib.machinery
+import os
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from footprint_site.compiled import HOT_PATH, refuse_stale_copies, stale_copies
+
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def _module_with_copy(root: Path, module: str, copy_age: float) -> Path:
+    source = root / module
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text("VALUE = 1\n")
+    copy = source.with_suffix(SUFFIX)
+    copy.write_bytes(b"compiled")
+    mtime = source.stat().st_mtime
+    os.utime(copy, (mtime + copy_age, mtime + copy_age))
+    return copy
+
+
+def test_a_copy_built_after_its_source_is_current(tmp_path: Path) -> None:
+    _module_with_copy(tmp_path, HOT_PATH[0], copy_age=+5)
+    assert stale_copies(tmp_path) == []
+    refuse_stale_copies(tmp_path)
+
+
+def test_a_copy_older_than_its_source_stops_the_server_with_what_to_do(tmp_path: Path) -> None:
+    copy = _module_with_copy(tmp_path, HOT_PATH[1], copy_age=-5)
+    assert stale_copies(tmp_path) == [copy]
+    with pytest.raises(ImproperlyConfigured, match=r"ledger/projections\..*compiled before its source.*make install"):
+        refuse_stale_copies(tmp_path)
+
+
+def test_no_copies_is_the_plain_source(tmp_path: Path) -> None:
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / HOT_PATH[0]).write_text("VALUE = 1\n")
+    assert stale_copies(tmp_path) == []
