@@ -1,6 +1,7 @@
 """One settings module, driven by the environment (see .env.example)."""
 
 from pathlib import Path
+from typing import Any
 
 import django_stubs_ext
 import environ
@@ -14,7 +15,24 @@ refuse_stale_copies()
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(environ.Env().str("FOOTPRINT_DATA_DIR", default=str(BASE_DIR / ".data")))
 
-env = environ.Env()
+
+class _Environment(environ.Env):
+    """django-environ, except that a value which cannot be read as the type asked for stops
+    start-up with a sentence naming the variable, not a bare ValueError."""
+
+    def get_value(
+        self, var: str, cast: Any = None, default: Any = environ.Env.NOTSET, parse_default: bool = False
+    ) -> Any:
+        try:
+            return super().get_value(var, cast=cast, default=default, parse_default=parse_default)
+        except ValueError:
+            kind = getattr(cast, "__name__", "value")
+            raise ImproperlyConfigured(
+                f"{var}={self.ENVIRON.get(var, '')!r} is not a valid {kind}: fix or unset it."
+            ) from None
+
+
+env = _Environment()
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure" if DEBUG else "")
@@ -89,6 +107,11 @@ def _database_from_environment() -> dict[str, object]:
     # request, and parsing and planning them anew was a fifth of PostgreSQL's work outside its
     # COPYs. Django's own client-side-binding cursors never prepare, whatever this says.
     threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="5")
+    if threshold != "off" and not threshold.isdigit():
+        raise ImproperlyConfigured(
+            f"DATABASE_PREPARE_THRESHOLD={threshold!r}: give a number of runs (0 or more) after which a "
+            "statement is prepared, or 'off'."
+        )
     options: dict[str, object] = config.setdefault("OPTIONS", {})  # type: ignore[assignment]
     options["prepare_threshold"] = None if threshold == "off" else int(threshold)
     config.setdefault("TEST", {"NAME": f"test_{config['NAME']}"})

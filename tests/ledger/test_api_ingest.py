@@ -7,6 +7,7 @@ check the projections against what the framework really emitted, not against gue
 import copy
 import hashlib
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -946,3 +947,22 @@ def test_prepared_statements_can_be_turned_off_for_old_pgbouncers(monkeypatch, v
         monkeypatch.setenv("DATABASE_PREPARE_THRESHOLD", value)
 
     assert _database_from_environment()["OPTIONS"] == {"prepare_threshold": threshold}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("DATABASE_PREPARE_THRESHOLD", "maybe", "DATABASE_PREPARE_THRESHOLD='maybe': give a number of runs"),
+        ("DATABASE_PREPARE_THRESHOLD", "-1", "DATABASE_PREPARE_THRESHOLD='-1': give a number of runs"),
+        ("DATABASE_CONN_MAX_AGE", "a minute", "DATABASE_CONN_MAX_AGE='a minute' is not a valid int"),
+    ],
+)
+def test_a_setting_that_is_not_a_number_stops_start_up_naming_it(monkeypatch, variable, value, says):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from footprint_site.settings import _database_from_environment
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://u@db.example:5432/footprint")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ImproperlyConfigured, match=re.escape(says)):
+        _database_from_environment()
