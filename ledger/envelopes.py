@@ -206,9 +206,9 @@ def check_event(index: int, raw: Any, *, may_hold_nul: bool = True) -> tuple[Eve
         body = canonical_bytes(raw)
     except orjson.JSONEncodeError:  # the one thing orjson refuses to write back: nesting past its limit
         return None, [_problem(index, "", f"The event nests deeper than {MAX_DEPTH} levels of arrays and objects.")]
-    # Positional: keyword arguments cost a measurable share of this per-event function.
     holds_nul = may_hold_nul and json_holds_nul(body)
     payload = raw.get("payload")
+    # Positional: keyword arguments cost a measurable share of this per-event function.
     return Event(meta["runId"], seq, type_, meta, payload, "payload" in raw, body, holds_nul, wall_clock_ms), []
 
 
