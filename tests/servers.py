@@ -16,7 +16,8 @@ from django.db import connection
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_database_url() -> str:
+def database_url_for_subprocesses() -> str:
+    """pytest's test database, as a URL for the servers and workers a test starts."""
     db = connection.settings_dict
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
     host = db["HOST"] or "localhost"
@@ -44,7 +45,7 @@ class Gunicorn:
     def start(self) -> None:
         env = {
             **os.environ,
-            "DATABASE_URL": test_database_url(),
+            "DATABASE_URL": database_url_for_subprocesses(),
             "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or "test-only",
             "DJANGO_HTTPS": "0",
             "HOST": "127.0.0.1",

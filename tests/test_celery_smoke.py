@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from artifacts.models import Artifact, Tombstone
 from artifacts.scopes import Scope
@@ -26,6 +25,7 @@ from footprint_site.celery import app
 from ledger.models import ChainAnchor, IntegrityCheck, Run
 from ledger.tasks import chain_anchors_write, integrity_check
 from tests.conftest import fixture_events
+from tests.servers import database_url_for_subprocesses
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -45,15 +45,6 @@ def _wait_for(log: Path, text: str, worker: subprocess.Popen[bytes], failure: st
             pytest.fail(f"the worker exited with {worker.returncode} before {text!r}:\n{output}")
         time.sleep(0.2)
     pytest.fail(f"no {text!r} from the worker within {TIMEOUT_SECONDS}s:\n{log.read_text(errors='replace')}")
-
-
-def _test_database_url() -> str:
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db["HOST"] or "localhost"
-    if host.startswith("/"):  # the embedded PostgreSQL listens on a socket directory
-        return f"postgres://{db['USER']}{password}@/{db['NAME']}?host={host}"
-    return f"postgres://{db['USER']}{password}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 @dataclass
@@ -94,7 +85,7 @@ def worker(tmp_path: Path) -> Iterator[Worker]:
                 f"{queue}@%h",
             ],
             cwd=PROJECT_ROOT,
-            env={**os.environ, "DATABASE_URL": _test_database_url()},
+            env={**os.environ, "DATABASE_URL": database_url_for_subprocesses()},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
