@@ -27,7 +27,8 @@ class BalancedThreadWorker(ThreadWorker):
         super().init_process()
 
     def accept(self, listener: socket.socket) -> None:
-        if self.nr_conns and not self.hold_served:
+        # A lone worker has nobody to leave the connection to.
+        if self.nr_conns and not self.hold_served and self.cfg.workers > 1:
             self.hold_until = time.monotonic() + min(self.nr_conns * HOLD_PER_CONNECTION, MAX_HOLD)
             self.set_accept_enabled(False)
             return
