@@ -40,3 +40,18 @@ def test_no_copies_is_the_plain_source(tmp_path: Path) -> None:
     (tmp_path / "ledger").mkdir()
     (tmp_path / HOT_PATH[0]).write_text("VALUE = 1\n")
     assert stale_copies(tmp_path) == []
+
+
+def test_what_runs_is_what_was_compiled() -> None:
+    # Compiled (make install found a C compiler): every hot-path module imports as its compiled
+    # copy, the shared library included. Not compiled: every one imports as its source.
+    import footprint_site.lib.chain
+    import ledger.envelopes
+    import ledger.projections
+    import ledger.services.ingest
+    from footprint_site.compiled import is_compiled
+
+    modules = (ledger.envelopes, ledger.projections, ledger.services.ingest, footprint_site.lib.chain)
+    assert len(modules) == len(HOT_PATH)
+    compiled = [Path(module.__file__ or "").suffix != ".py" for module in modules]
+    assert compiled == [is_compiled()] * len(HOT_PATH)
