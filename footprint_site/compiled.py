@@ -50,16 +50,24 @@ def refuse_stale_copies(root: Path = ROOT) -> None:
         )
 
 
+def _shared_libraries(root: Path) -> list[Path]:
+    shared = root / Path(*GROUP.split("."))
+    return list(shared.parent.glob(f"{shared.name}__mypyc.*"))
+
+
 def is_compiled(root: Path = ROOT) -> bool:
-    return all(compiled_copies(root / module) for module in HOT_PATH) and not stale_copies(root)
+    return (
+        all(compiled_copies(root / module) for module in HOT_PATH)
+        and bool(_shared_libraries(root))
+        and not stale_copies(root)
+    )
 
 
 def _remove_copies(root: Path) -> None:
     for module in HOT_PATH:
         for copy in compiled_copies(root / module):
             copy.unlink()
-    shared = root / Path(*GROUP.split("."))
-    for library in shared.parent.glob(f"{shared.name}__mypyc.*"):
+    for library in _shared_libraries(root):
         library.unlink()
 
 

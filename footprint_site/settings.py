@@ -12,9 +12,6 @@ from footprint_site.compiled import refuse_stale_copies
 django_stubs_ext.monkeypatch()
 refuse_stale_copies()
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(environ.Env().str("FOOTPRINT_DATA_DIR", default=str(BASE_DIR / ".data")))
-
 
 class _Environment(environ.Env):
     """django-environ, except that a value which cannot be read as the type asked for stops
@@ -33,6 +30,9 @@ class _Environment(environ.Env):
 
 
 env = _Environment()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env.str("FOOTPRINT_DATA_DIR", default=str(BASE_DIR / ".data")))
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure" if DEBUG else "")

@@ -16,14 +16,16 @@ from django.db import connection
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def database_url_for_subprocesses() -> str:
-    """pytest's test database, as a URL for the servers and workers a test starts."""
+def database_url_for_subprocesses(name: str | None = None) -> str:
+    """pytest's test database (or database `name` on the same server), as a URL for the servers and
+    workers a test starts."""
     db = connection.settings_dict
+    name = name or db["NAME"]
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
     host = db["HOST"] or "localhost"
     if host.startswith("/"):  # the embedded PostgreSQL listens on a socket directory
-        return f"postgres://{db['USER']}{password}@/{db['NAME']}?host={host}"
-    return f"postgres://{db['USER']}{password}@{host}:{db['PORT'] or 5432}/{db['NAME']}"
+        return f"postgres://{db['USER']}{password}@/{name}?host={host}"
+    return f"postgres://{db['USER']}{password}@{host}:{db['PORT'] or 5432}/{name}"
 
 
 def free_port() -> int:

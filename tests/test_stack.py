@@ -3,7 +3,6 @@ dies is started again, and Ctrl-C stops everything it started."""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,11 @@ import psycopg
 import pytest
 from django.db import connection
 
+from tests.servers import database_url_for_subprocesses, free_port
+
 pytestmark = pytest.mark.celery
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_SECONDS = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -36,10 +31,7 @@ def database_url(django_db_blocker: Any) -> Iterator[str]:
     server = {"host": db["HOST"] or "localhost", "port": db["PORT"] or 5432, "user": db["USER"]}
     with psycopg.connect(**server, dbname="postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    if server["host"].startswith("/"):  # the embedded PostgreSQL listens on a socket directory
-        yield f"postgres://{server['user']}@/{name}?host={server['host']}"
-    else:
-        yield f"postgres://{server['user']}@{server['host']}:{server['port']}/{name}"
+    yield database_url_for_subprocesses(name)
     with psycopg.connect(**server, dbname="postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -72,7 +64,7 @@ def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "PORT": str(_free_port()),
+        "PORT": str(free_port()),
         "FOOTPRINT_DATA_DIR": str(tmp_path / "data"),
     }
     env.pop("DJANGO_SECRET_KEY", None)  # the stack makes and keeps its own, as on a fresh machine

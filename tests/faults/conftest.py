@@ -35,18 +35,14 @@ import httpx
 import psycopg
 import pytest
 
+from tests.servers import free_port
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 T = TypeVar("T")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would bury the findings
 
 
 # --- small helpers ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.1) -> T | None:
