@@ -33,6 +33,11 @@ def json_text(payload: dict[str, Any], key: str) -> str | None:
     return orjson.dumps(payload[key]).decode()
 
 
+def _boxed(payload: dict[str, Any], key: str) -> list[Any] | None:
+    """The key's value in a one-item list, or None when the key is absent."""
+    return [payload[key]] if key in payload else None
+
+
 def _str(payload: dict[str, Any], key: str) -> str | None:
     value = payload.get(key)
     if value is None:
@@ -42,7 +47,7 @@ def _str(payload: dict[str, Any], key: str) -> str | None:
 
 def _int(payload: dict[str, Any], key: str) -> int | None:
     value = payload.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return int(value)
 
@@ -82,6 +87,8 @@ class Projection:
     """Rows keyed by the framework's runId; the service swaps in database ids when writing."""
 
     deltas: dict[str, RunDelta] = field(default_factory=dict)
+    # Each call's columns by name; `args` and `result` as a one-item list when the key was sent,
+    # so a JSON null stays a value (jsonb 'null') while an absent key stays absent (SQL NULL).
     tool_calls: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     decisions: list[tuple[Any, ...]] = field(default_factory=list)
     verdicts: list[tuple[Any, ...]] = field(default_factory=list)
@@ -129,7 +136,7 @@ def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     if call_id is None:
         return
     row = p.tool_call(e.run_id, call_id)
-    row.update(tool_name=_str(payload, "toolName"), args=json_text(payload, "args"), start_seq=e.seq)
+    row.update(tool_name=_str(payload, "toolName"), args=_boxed(payload, "args"), start_seq=e.seq)
     p.deltas[e.run_id].tool_calls += 1
 
 
@@ -138,7 +145,7 @@ def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     if call_id is None:
         return
     p.tool_call(e.run_id, call_id).update(
-        result=json_text(payload, "result"),
+        result=_boxed(payload, "result"),
         error=_bool(payload, "error"),
         status=_str(payload, "status"),
         duration_ms=_int(payload, "durationMs"),
@@ -161,7 +168,7 @@ def _iteration_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
 def _cost_tick(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     cumulative = payload.get("cumulative")
     estimate = cumulative.get("estimatedUsd") if isinstance(cumulative, dict) else None
-    if isinstance(estimate, bool) or not isinstance(estimate, int | float) or not math.isfinite(estimate):
+    if isinstance(estimate, bool) or not isinstance(estimate, (int, float)) or not math.isfinite(estimate):
         return
     delta = p.deltas[e.run_id]
     delta.cost_usd = max(delta.cost_usd or 0.0, float(estimate))

@@ -11,7 +11,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, Final
 
 import orjson
 from django.db import connection, transaction
@@ -175,6 +175,20 @@ EVENTS = CopyTarget(
 )
 
 
+# PostgreSQL's binary COPY framing, and the packers of an `EVENTS` row's fixed-size parts. Module
+# constants with bound `pack` functions: compiled, a class attribute or a method lookup per field
+# costs more than the packing itself.
+COPY_SIGNATURE: Final = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then flags and header-extension length, 0
+COPY_TRAILER: Final = b"\xff\xff"
+EVENT_FIELDS: Final = len(EVENTS.columns)
+NULL_FIELD: Final = b"\xff\xff\xff\xff"
+_pack_row_head: Final = struct.Struct(">hiqiiii").pack  # field count, run_id, seq, position, with lengths
+_pack_no_wall_clock: Final = struct.Struct(">ii").pack  # NULL wall_clock_ms, then body's length
+_pack_wall_clock: Final = struct.Struct(">iqi").pack  # wall_clock_ms, then body's length
+_pack_jsonb_head: Final = struct.Struct(">ib").pack  # length, then jsonb's binary format version (1)
+_pack_hashes: Final = struct.Struct(">i32si32s").pack
+
+
 class EventRowsBlock:
     """`EVENTS` rows in PostgreSQL's binary COPY format, encoded here rather than by psycopg.
 
@@ -184,38 +198,29 @@ class EventRowsBlock:
     form is a version byte and the JSON text) unless it holds U+0000, which jsonb cannot.
     """
 
-    SIGNATURE: ClassVar[bytes] = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then flags and header-extension length, 0
-    TRAILER: ClassVar[bytes] = b"\xff\xff"
-    NULL: ClassVar[bytes] = b"\xff\xff\xff\xff"
-    _head: ClassVar[struct.Struct] = struct.Struct(">hiqiiii")  # field count, run_id, seq, position, with lengths
-    _length: ClassVar[struct.Struct] = struct.Struct(">i")
-    _int8: ClassVar[struct.Struct] = struct.Struct(">iq")
-    _jsonb: ClassVar[struct.Struct] = struct.Struct(">ib")  # length, then jsonb's binary format version (1)
-    _hashes: ClassVar[struct.Struct] = struct.Struct(">i32si32s")
-
     def __init__(self) -> None:
-        self.parts: list[bytes] = [self.SIGNATURE]  # joined once at the end: no copy per row
+        self.parts: list[bytes] = [COPY_SIGNATURE]  # joined once at the end: no copy per row
         self.rows = 0
 
     def append(
         self, run_pk: int, position: int, event: Event, tool_call_id: str | None, prev: bytes, head: bytes
     ) -> None:
-        body, doc, wall = event.body, _doc_for_jsonb(event.body, event.holds_nul), event.wall_clock_ms
+        body, wall = event.body, event.wall_clock_ms
+        doc = _doc_for_jsonb(body, event.holds_nul)
         self.parts += (
-            self._head.pack(len(EVENTS.columns), 8, run_pk, 4, event.seq, 4, position),
+            _pack_row_head(EVENT_FIELDS, 8, run_pk, 4, event.seq, 4, position),
             _text_field(event.type),
-            self.NULL if tool_call_id is None else _text_field(tool_call_id),
-            self.NULL if wall is None else self._int8.pack(8, wall),
-            self._length.pack(len(body)),
+            NULL_FIELD if tool_call_id is None else _text_field(tool_call_id),
+            _pack_no_wall_clock(-1, len(body)) if wall is None else _pack_wall_clock(8, wall, len(body)),
             body,
-            self._jsonb.pack(len(doc) + 1, 1),
+            _pack_jsonb_head(len(doc) + 1, 1),
             doc,
-            self._hashes.pack(32, prev, 32, head),
+            _pack_hashes(32, prev, 32, head),
         )
         self.rows += 1
 
     def finished(self) -> bytes:
-        self.parts.append(self.TRAILER)
+        self.parts.append(COPY_TRAILER)
         return b"".join(self.parts)
 
 
@@ -292,56 +297,31 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
     _copy(cur, EFFECTS, with_pk(projection.effects))
     _copy(cur, REFUSALS, with_pk(projection.refusals))
     if projection.tool_calls:
-        columns: dict[str, list[Any]] = defaultdict(list)
-        for (run_id, call_id), fields in projection.tool_calls.items():
-            columns["run_id"].append(pks[run_id])
-            columns["tool_call_id"].append(call_id)
-            for name in (
-                "tool_name",
-                "args",
-                "result",
-                "error",
-                "status",
-                "duration_ms",
-                "start_seq",
-                "end_seq",
-            ):
-                columns[name].append(fields.get(name))
-        # COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
-        cur.execute(
-            """
-            INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, args, result, error, status,
-                duration_ms, start_seq, end_seq)
-            SELECT r, c, n, a::jsonb, res::jsonb, err, st, d, ss, es
-            FROM unnest(%b::int8[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bool[],
-                        %b::text[], %b::int8[], %b::int4[], %b::int4[])
-                AS t(r, c, n, a, res, err, st, d, ss, es)
-            ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
-                tool_name = COALESCE(EXCLUDED.tool_name, ledger_toolcall.tool_name),
-                args = COALESCE(EXCLUDED.args, ledger_toolcall.args),
-                result = COALESCE(EXCLUDED.result, ledger_toolcall.result),
-                error = COALESCE(EXCLUDED.error, ledger_toolcall.error),
-                status = COALESCE(EXCLUDED.status, ledger_toolcall.status),
-                duration_ms = COALESCE(EXCLUDED.duration_ms, ledger_toolcall.duration_ms),
-                start_seq = COALESCE(EXCLUDED.start_seq, ledger_toolcall.start_seq),
-                end_seq = COALESCE(EXCLUDED.end_seq, ledger_toolcall.end_seq)
-            """,
-            [
-                columns[name]
-                for name in (
-                    "run_id",
-                    "tool_call_id",
-                    "tool_name",
-                    "args",
-                    "result",
-                    "error",
-                    "status",
-                    "duration_ms",
-                    "start_seq",
-                    "end_seq",
-                )
-            ],
-        )
+        # One JSON document for all the calls: psycopg would dump ten arrays element by element.
+        calls = [
+            {"run_id": pks[run_id], "tool_call_id": call_id, **fields}
+            for (run_id, call_id), fields in projection.tool_calls.items()
+        ]
+        cur.execute(TOOL_CALL_UPSERT, [Jsonb(orjson.dumps(calls), dumps=_raw_json)])
+
+
+# COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
+TOOL_CALL_UPSERT: Final = """
+    INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, args, result, error, status,
+        duration_ms, start_seq, end_seq)
+    SELECT run_id, tool_call_id, tool_name, args -> 0, result -> 0, error, status, duration_ms, start_seq, end_seq
+    FROM jsonb_to_recordset(%b) AS t(run_id int8, tool_call_id text, tool_name text, args jsonb,
+        result jsonb, error bool, status text, duration_ms int8, start_seq int4, end_seq int4)
+    ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+        tool_name = COALESCE(EXCLUDED.tool_name, ledger_toolcall.tool_name),
+        args = COALESCE(EXCLUDED.args, ledger_toolcall.args),
+        result = COALESCE(EXCLUDED.result, ledger_toolcall.result),
+        error = COALESCE(EXCLUDED.error, ledger_toolcall.error),
+        status = COALESCE(EXCLUDED.status, ledger_toolcall.status),
+        duration_ms = COALESCE(EXCLUDED.duration_ms, ledger_toolcall.duration_ms),
+        start_seq = COALESCE(EXCLUDED.start_seq, ledger_toolcall.start_seq),
+        end_seq = COALESCE(EXCLUDED.end_seq, ledger_toolcall.end_seq)
+"""
 
 
 def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
