@@ -113,9 +113,12 @@ def _stored_bodies(cur: Cursor[Any], state: _RunState, events: list[Event]) -> d
 
 
 def _split_new(
-    run_id: str, events: list[Event], stored: dict[int, bytes], positions: dict[int, int]
+    run_id: str, events: list[Event], stored: dict[int, bytes], batch: list[Event]
 ) -> tuple[list[Event], int]:
-    """New events in seq order and the count of duplicates; a changed duplicate is a conflict."""
+    """New events in seq order and the count of duplicates; a changed duplicate is a conflict.
+    `batch` is the whole request, for the index a conflict names."""
+    if not stored and _ascending(events):
+        return events, 0  # the usual batch: every event new, already in seq order
     fresh: dict[int, Event] = {}
     duplicates = 0
     for event in events:
@@ -127,13 +130,23 @@ def _split_new(
         elif earlier == event.body:
             duplicates += 1
         else:
+            index = batch.index(event)
             raise SeqConflict(
-                f"Event at index {positions[id(event)]} has seq {event.seq} of run '{run_id}', which "
-                "is already stored with different content. A seq names one event forever; resend "
-                "the original or number the new event after the run's last seq. Nothing was stored.",
-                conflicts=[{"index": positions[id(event)], "runId": run_id, "seq": event.seq}],
+                f"Event at index {index} has seq {event.seq} of run '{run_id}', which is already stored "
+                "with different content. A seq names one event forever; resend the original or number the "
+                "new event after the run's last seq. Nothing was stored.",
+                conflicts=[{"index": index, "runId": run_id, "seq": event.seq}],
             )
     return [fresh[seq] for seq in sorted(fresh)], duplicates
+
+
+def _ascending(events: list[Event]) -> bool:
+    previous = -1
+    for event in events:
+        if event.seq <= previous:
+            return False
+        previous = event.seq
+    return True
 
 
 def _doc_for_jsonb(body: bytes, holds_nul: bool) -> bytes:
@@ -353,14 +366,12 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
     SeqConflict, storing nothing, when a seq is re-sent with new content.
     """
     by_run: dict[str, list[Event]] = defaultdict(list)
-    positions: dict[int, int] = {}
-    for index, event in enumerate(events):
+    for event in events:
         by_run[event.run_id].append(event)
-        positions[id(event)] = index
 
-    # Django hands out client-side-binding cursors; this path binds server-side so the unnest()
-    # arrays travel as typed parameters instead of being escaped into the SQL text in Python, and
-    # its statements are prepared after a few runs (settings: prepare_threshold).
+    # Django hands out client-side-binding cursors; this path binds server-side so its arrays,
+    # JSON documents and hashes travel as typed parameters instead of being escaped into the SQL
+    # text in Python, and its statements are prepared after a few runs (settings: prepare_threshold).
     pg = connection.connection
     receipts: list[RunReceipt] = []
     rows = EventRowsBlock()
@@ -372,9 +383,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
         for run_id in sorted(by_run):
             run_events = by_run[run_id]
             state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
-            fresh, duplicates[run_id] = _split_new(
-                run_id, run_events, _stored_bodies(cur, state, run_events), positions
-            )
+            fresh, duplicates[run_id] = _split_new(run_id, run_events, _stored_bodies(cur, state, run_events), events)
             head = state.head
             for offset, event in enumerate(fresh):
                 prev, head = head, link_hash(head, event.body)
