@@ -33,11 +33,6 @@ def json_text(payload: dict[str, Any], key: str) -> str | None:
     return orjson.dumps(payload[key]).decode()
 
 
-def _boxed(payload: dict[str, Any], key: str) -> list[Any] | None:
-    """The key's value in a one-item list, or None when the key is absent."""
-    return [payload[key]] if key in payload else None
-
-
 def _str(payload: dict[str, Any], key: str) -> str | None:
     value = payload.get(key)
     if value is None:
@@ -87,8 +82,7 @@ class Projection:
     """Rows keyed by the framework's runId; the service swaps in database ids when writing."""
 
     deltas: dict[str, RunDelta] = field(default_factory=dict)
-    # Each call's columns by name; `args` and `result` as a one-item list when the key was sent,
-    # so a JSON null stays a value (jsonb 'null') while an absent key stays absent (SQL NULL).
+    # Each call's columns by name (args and results stay in the events: ToolCall.with_args_and_result).
     tool_calls: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     decisions: list[tuple[Any, ...]] = field(default_factory=list)
     verdicts: list[tuple[Any, ...]] = field(default_factory=list)
@@ -136,7 +130,7 @@ def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     if call_id is None:
         return
     row = p.tool_call(e.run_id, call_id)
-    row.update(tool_name=_str(payload, "toolName"), args=_boxed(payload, "args"), start_seq=e.seq)
+    row.update(tool_name=_str(payload, "toolName"), start_seq=e.seq)
     p.deltas[e.run_id].tool_calls += 1
 
 
@@ -145,7 +139,6 @@ def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     if call_id is None:
         return
     p.tool_call(e.run_id, call_id).update(
-        result=_boxed(payload, "result"),
         error=_bool(payload, "error"),
         status=_str(payload, "status"),
         duration_ms=_int(payload, "durationMs"),

@@ -262,7 +262,9 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
     from artifacts.models import Artifact
 
     run = Run.objects.filter(project=ask.project, run_id=ask.run_id).first()
-    call = ToolCall.objects.filter(run=run, tool_call_id=ask.tool_call_id).first() if run else None
+    call = (
+        ToolCall.objects.with_args_and_result().filter(run=run, tool_call_id=ask.tool_call_id).first() if run else None
+    )
     original_args = call.args if call else None
     args: Any = None
     if ask.check_in and isinstance(ask.check_in.get("args"), dict):

@@ -233,11 +233,12 @@ def _refusal_get_for_user(user: User | AnonymousUser, refusal_id: int) -> Refusa
 
 def _tool_call_of(refusal: Refusal, run: Run) -> tuple[ToolCall | None, bool]:
     if refusal.tool_call_id:
-        return ToolCall.objects.filter(run=run, tool_call_id=refusal.tool_call_id).first(), False
+        return ToolCall.objects.with_args_and_result().filter(run=run, tool_call_id=refusal.tool_call_id).first(), False
     if not refusal.tool_name:
         return None, False
     running = (
-        ToolCall.objects.filter(run=run, tool_name=refusal.tool_name, start_seq__lte=refusal.seq)
+        ToolCall.objects.with_args_and_result()
+        .filter(run=run, tool_name=refusal.tool_name, start_seq__lte=refusal.seq)
         .filter(Q(end_seq__isnull=True) | Q(end_seq__gte=refusal.seq))
         .order_by("-start_seq")
         .first()
@@ -249,7 +250,8 @@ def _origin_of(call: ToolCall, run: Run) -> ToolCall | None:
     """The unfinished start of this call in an earlier run of the project: a resumed run reports
     under a new runId, so its tool call has an end but no start of its own."""
     return (
-        ToolCall.objects.filter(
+        ToolCall.objects.with_args_and_result()
+        .filter(
             run__project_id=run.project_id,
             run__id__lt=run.pk,
             tool_call_id=call.tool_call_id,

@@ -293,7 +293,7 @@ def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -
     """Up to `limit + 1` tool calls of the run (in call order) with every step of their dispatch,
     in order, including steps a resumed run recorded under the same tool call id."""
     calls = list(
-        ToolCall.objects.filter(run=run, pk__gt=after_id).order_by("pk")[: limit + 1]
+        ToolCall.objects.with_args_and_result().filter(run=run, pk__gt=after_id).order_by("pk")[: limit + 1]
     )  # pk order is first-seen order
     if not calls:
         return []

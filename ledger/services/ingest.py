@@ -320,15 +320,11 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
 
 # COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
 TOOL_CALL_UPSERT: Final = """
-    INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, args, result, error, status,
-        duration_ms, start_seq, end_seq)
-    SELECT run_id, tool_call_id, tool_name, args -> 0, result -> 0, error, status, duration_ms, start_seq, end_seq
-    FROM jsonb_to_recordset(%b) AS t(run_id int8, tool_call_id text, tool_name text, args jsonb,
-        result jsonb, error bool, status text, duration_ms int8, start_seq int4, end_seq int4)
+    INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, error, status, duration_ms, start_seq, end_seq)
+    SELECT * FROM jsonb_to_recordset(%b) AS t(run_id int8, tool_call_id text, tool_name text, error bool,
+        status text, duration_ms int8, start_seq int4, end_seq int4)
     ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
         tool_name = COALESCE(EXCLUDED.tool_name, ledger_toolcall.tool_name),
-        args = COALESCE(EXCLUDED.args, ledger_toolcall.args),
-        result = COALESCE(EXCLUDED.result, ledger_toolcall.result),
         error = COALESCE(EXCLUDED.error, ledger_toolcall.error),
         status = COALESCE(EXCLUDED.status, ledger_toolcall.status),
         duration_ms = COALESCE(EXCLUDED.duration_ms, ledger_toolcall.duration_ms),

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import BooleanField, ExpressionWrapper, Q, TextField
+from django.db.models.functions import Cast
 
 from ledger.models import (
     MiddlewareDecision,
@@ -312,7 +314,9 @@ def test_toolcall_rows_carry_args_result_duration_and_status_from_the_payload(ag
 
     starts = {(e["meta"]["runId"], e["payload"]["toolCallId"]): e for e in _of_type(events, "stream.tool_start")}
     ends = {(e["meta"]["runId"], e["payload"]["toolCallId"]): e for e in _of_type(events, "stream.tool_end")}
-    rows = {(row.run.run_id, row.tool_call_id): row for row in ToolCall.objects.select_related("run")}
+    rows = {
+        (row.run.run_id, row.tool_call_id): row for row in ToolCall.objects.with_args_and_result().select_related("run")
+    }
     assert rows.keys() == starts.keys() | ends.keys()
     for key, row in rows.items():
         start, end = starts.get(key), ends.get(key)
@@ -350,14 +354,14 @@ def test_toolcall_status_envelope_records_denied(agent_client):
 
     envelope = ToolCall.objects.get(tool_name="status_envelope")
     assert envelope.status == "denied"
-    near_miss = ToolCall.objects.get(tool_name="status_near_miss")
+    near_miss = ToolCall.objects.with_args_and_result().get(tool_name="status_near_miss")
     # A {content, status} without the effects marker is plain data: no status recorded.
     assert near_miss.status is None
     assert near_miss.result == {"content": "refund denied: outside the 30-day window", "status": "denied"}
     assert ToolCall.objects.get(tool_name="propose_unreachable").status == "success"
 
 
-def test_toolcall_absent_args_is_sql_null_and_null_result_is_json_null(agent_client):
+def test_toolcall_absent_args_read_as_sql_null_and_null_result_as_json_null(agent_client):
     _ingest_ok(
         agent_client,
         [
@@ -368,9 +372,16 @@ def test_toolcall_absent_args_is_sql_null_and_null_result_is_json_null(agent_cli
         ],
     )
 
-    with connection.cursor() as cur:
-        cur.execute("SELECT args IS NULL, result IS NULL, result::text, status IS NULL FROM ledger_toolcall")
-        assert cur.fetchone() == (True, False, "null", True)
+    call = (
+        ToolCall.objects.with_args_and_result()
+        .annotate(
+            args_absent=ExpressionWrapper(Q(args__isnull=True), output_field=BooleanField()),
+            result_absent=ExpressionWrapper(Q(result__isnull=True), output_field=BooleanField()),
+            result_text=Cast("result", TextField()),
+        )
+        .get()
+    )
+    assert (call.args_absent, call.result_absent, call.result_text, call.status) == (True, False, "null", None)
 
 
 def test_toolcall_end_before_start_in_separate_batches_fills_one_row(agent_client):
@@ -387,7 +398,7 @@ def test_toolcall_end_before_start_in_separate_batches_fills_one_row(agent_clien
     _ingest_ok(agent_client, [end])
     _ingest_ok(agent_client, [start])
 
-    row = ToolCall.objects.get()
+    row = ToolCall.objects.with_args_and_result().get()
     assert (row.tool_name, row.args, row.result, row.duration_ms, row.status, row.start_seq, row.end_seq) == (
         "ping",
         {"host": "a"},
@@ -846,7 +857,7 @@ def test_u0000_in_projected_fields_is_u_fffd_in_the_projections_and_kept_in_the_
 
     _ingest_ok(agent_client, events)
 
-    call = ToolCall.objects.get(run__run_id="run-nul-proj")
+    call = ToolCall.objects.with_args_and_result().get(run__run_id="run-nul-proj")
     assert (call.tool_call_id, call.tool_name, call.args) == ("c\ufffd1", "look\ufffdup", {"q": "\ufffd"})
     assert MiddlewareDecision.objects.get(run__run_id="run-nul-proj").middleware == "guard\ufffd"
     assert Refusal.objects.get(run__run_id="run-nul-proj").tool_call_id == "c\ufffd1"
