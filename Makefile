@@ -77,7 +77,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: compile  # the Django plugin imports settings, which refuse stale compiled copies
 	DJANGO_SECRET_KEY=typecheck DATABASE_URL=postgres://typecheck@localhost/typecheck $(BIN)/mypy footprint_site ledger artifacts
 
 check: lint typecheck test
