@@ -7,7 +7,7 @@ added exactly once however often a batch is re-sent.
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -40,9 +40,16 @@ def _str(payload: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def _int(payload: dict[str, Any], key: str) -> int | None:
+# The largest whole numbers the projections keep: iterations and per-call token counts go to
+# integer columns; a duration may be any number JavaScript holds exactly. A number beyond is not
+# a count or a duration the framework wrote: the column stays NULL (the event keeps the number).
+INT4_LIMIT: Final = 2**31
+SAFE_INTEGER_LIMIT: Final = 2**53
+
+
+def _int(payload: dict[str, Any], key: str, limit: int = INT4_LIMIT) -> int | None:
     value = payload.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -limit < value < limit:
         return None
     return int(value)
 
@@ -141,7 +148,7 @@ def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     p.tool_call(e.run_id, call_id).update(
         error=_bool(payload, "error"),
         status=_str(payload, "status"),
-        duration_ms=_int(payload, "durationMs"),
+        duration_ms=_int(payload, "durationMs", SAFE_INTEGER_LIMIT),
         end_seq=e.seq,
     )
 

@@ -384,6 +384,30 @@ def test_toolcall_absent_args_read_as_sql_null_and_null_result_as_json_null(agen
     assert (call.args_absent, call.result_absent, call.result_text, call.status) == (True, False, "null", None)
 
 
+@pytest.mark.parametrize("number", [2**31, -(2**31), 2**53, 2**63, -(2**63), 1e300])
+def test_a_number_past_its_projection_column_is_kept_in_the_event_and_projected_as_null(agent_client, number):
+    events = [
+        _event(0, type_="agentfootprint.stream.tool_start", payload={"toolName": "t", "toolCallId": "k1"}),
+        _event(1, type_="agentfootprint.stream.tool_end", payload={"toolCallId": "k1", "durationMs": number}),
+        _event(
+            2,
+            type_="agentfootprint.middleware.decision",
+            payload={"middleware": "m", "moment": "before-tool", "outcome": "deny", "iteration": number},
+        ),
+        _event(3, type_="agentfootprint.stream.llm_end", payload={"usage": {"input": number, "output": 1}}),
+    ]
+
+    _ingest_ok(agent_client, events)
+
+    fits_a_duration = abs(number) < 2**53
+    assert ToolCall.objects.get().duration_ms == (int(number) if fits_a_duration else None)
+    assert MiddlewareDecision.objects.get().iteration is None
+    assert Refusal.objects.get().iteration is None
+    assert Run.objects.values_list("tokens_in", "tokens_out").get() == (0, 1)
+    stored = RunEvent.objects.get(seq=1)
+    assert json.loads(stored.body)["payload"]["durationMs"] == number
+
+
 def test_toolcall_end_before_start_in_separate_batches_fills_one_row(agent_client):
     start = _event(
         0,
