@@ -178,7 +178,7 @@ def _wall_clock_ms(value: Any) -> int | None:
     """Whole milliseconds of a valid `meta.wallClockMs`, else None."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value if 0 <= value < LAST_WALL_CLOCK_MS else None
-    if isinstance(value, float) and 0 <= value < LAST_WALL_CLOCK_MS:  # NaN is neither
+    if isinstance(value, float) and 0 <= value < LAST_WALL_CLOCK_MS:  # NaN fails both comparisons
         return int(value)
     return None
 

@@ -211,9 +211,9 @@ class RunSearchChunk(models.Model):
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):
     def with_args_and_result(self) -> "ToolCallQuerySet":
-        """Each call with `args` and `result` as sent, read from its start and end events. The
-        projection keeps no copy of them: the stored event is their one home (and copying every
-        call's JSON again cost a tenth of ingestion's PostgreSQL time). None when not received."""
+        """Each call with `args` and `result` as sent, read from its start and end events (None
+        while that event has not arrived). The projection keeps no copy of them: the stored event
+        is their one home, and copying them made PostgreSQL parse every call's JSON twice."""
         # no-redef: django-stubs declares annotated names again; ToolCall declares them for every reader.
         return self.annotate(  # type: ignore[no-redef]
             args=_payload_value("start_seq", "args"), result=_payload_value("end_seq", "result")
