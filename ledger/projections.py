@@ -40,9 +40,10 @@ def _str(payload: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-# The largest whole numbers the projections keep: iterations and per-call token counts go to
-# integer columns; a duration may be any number JavaScript holds exactly. A number beyond is not
-# a count or a duration the framework wrote: the column stays NULL (the event keeps the number).
+# The largest whole numbers the projections keep: iterations go to int4 columns and per-call token
+# counts are summed into a run's bigint ones; a duration may be any number JavaScript holds exactly.
+# A number beyond is not a count or a duration the framework wrote: the column stays NULL (the
+# event keeps the number).
 INT4_LIMIT: Final = 2**31
 SAFE_INTEGER_LIMIT: Final = 2**53
 

@@ -19,7 +19,7 @@ from psycopg import Cursor
 from psycopg.types.json import Jsonb
 
 from footprint_site.lib.chain import link_hash
-from ledger.envelopes import Event, canonical_bytes, json_holds_nul, replace_nul
+from ledger.envelopes import IDENTITY_KEYS, Event, canonical_bytes, json_holds_nul, replace_nul
 from ledger.exceptions import SeqConflict
 from ledger.models import Project, Run
 from ledger.projections import Projection, project_events
@@ -59,7 +59,7 @@ class _RunState:
     max_seq: int
 
 
-RUN_IDENTITY_KEYS = ("sessionId", "tenant", "principal", "compositionPath")
+RUN_IDENTITY_KEYS = (*IDENTITY_KEYS, "compositionPath")
 
 
 def _identity_of(events: list[Event]) -> dict[str, Any]:
@@ -310,7 +310,7 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
     _copy(cur, EFFECTS, with_pk(projection.effects))
     _copy(cur, REFUSALS, with_pk(projection.refusals))
     if projection.tool_calls:
-        # One JSON document for all the calls: psycopg would dump ten arrays element by element.
+        # One JSON document for all the calls: psycopg would dump an array per column, element by element.
         calls = [
             {"run_id": pks[run_id], "tool_call_id": call_id, **fields}
             for (run_id, call_id), fields in projection.tool_calls.items()
