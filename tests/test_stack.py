@@ -1,6 +1,7 @@
 """`make run` as a user runs it: the whole stack against a database of its own, a worker that
 dies is started again, and Ctrl-C stops everything it started."""
 
+import http.client
 import os
 import signal
 import subprocess
@@ -75,6 +76,11 @@ def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database
     started: list[psutil.Process] = []
     try:
         _wait_for(output, "is running at", stack)
+        # The banner comes once the server answers: its URL works as soon as it is printed.
+        probe = http.client.HTTPConnection("127.0.0.1", int(env["PORT"]), timeout=5)
+        probe.request("GET", "/healthz")
+        assert probe.getresponse().status == 200
+        probe.close()
         started = psutil.Process(stack.pid).children(recursive=True)
         worker = _celery_worker(stack.pid)
         seen = len(output.read_text(errors="replace"))
