@@ -169,7 +169,7 @@ else:
     _broker_dir = DATA_DIR / "broker"
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost//"  # the host is ignored; without one kombu warns in every process
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
