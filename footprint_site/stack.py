@@ -7,6 +7,7 @@ at INFO, the schedule's routine tasks print about two lines a second and push th
 off the screen.
 """
 
+import contextlib
 import http.client
 import os
 import secrets
@@ -114,14 +115,18 @@ def main() -> int:
             processes[name] = start(name)
         time.sleep(0.5)
 
+    # SIGTERM to each service's main process, which stops its own workers: signalling the whole
+    # group would kill Celery's pool under it, which it logs as errors. Then whatever is left of
+    # the group (a service that did not stop in time, a worker that outlived its parent) is killed.
     for process in processes.values():
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+            process.terminate()
     for process in processes.values():
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):  # nothing left: the usual case
             os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     if embedded:
         from footprint_site.embedded_postgres import stop as stop_postgres
 
