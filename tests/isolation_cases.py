@@ -244,10 +244,11 @@ def snapshot(project: Project) -> dict[str, tuple[int, str]]:
                 continue
             sql, params = model._default_manager.filter(**{path: project.pk}).values("pk").query.sql_with_params()
             table = connection.ops.quote_name(model._meta.db_table)
-            pk = connection.ops.quote_name(model._meta.pk.column)
+            # A row value: a composite primary key (a run's events) has several columns.
+            pk = ", ".join(f"t.{connection.ops.quote_name(field.column)}" for field in model._meta.pk_fields)
             cursor.execute(
-                f"SELECT count(*), coalesce(md5(string_agg(t::text, ',' ORDER BY t.{pk})), '')"  # noqa: S608
-                f" FROM {table} t WHERE t.{pk} IN ({sql})",
+                f"SELECT count(*), coalesce(md5(string_agg(t::text, ',' ORDER BY {pk})), '')"  # noqa: S608
+                f" FROM {table} t WHERE ({pk}) IN ({sql})",
                 params,
             )
             state[model._meta.db_table] = cursor.fetchone()

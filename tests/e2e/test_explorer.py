@@ -226,7 +226,8 @@ def test_integrity_check_verifies_then_names_the_edited_record(
     edited = RunEvent.objects.get(run=run, seq=16)
     with connection.cursor() as cursor:  # someone with database access rewrites history
         cursor.execute(
-            "UPDATE ledger_runevent SET body = replace(body, 'ACC-200', 'ACC-666') WHERE id = %s", [edited.pk]
+            "UPDATE ledger_runevent SET body = replace(body, 'ACC-200', 'ACC-666') WHERE run_id = %s AND position = %s",
+            edited.pk,
         )
         assert cursor.rowcount == 1
 

@@ -466,8 +466,8 @@ def test_verify_detects_a_rewritten_chain_tail(agent_client):
     row = RunEvent.objects.get(run=run, position=30)
     forged = json.dumps({**json.loads(row.body), "payload": {"forged": True}}, separators=(",", ":"), sort_keys=True)
     _execute(
-        "UPDATE ledger_runevent SET body = %s, doc = %s::jsonb, hash = %s WHERE id = %s",
-        [forged, forged, link_hash(bytes(row.prev_hash), forged.encode()), row.pk],
+        "UPDATE ledger_runevent SET body = %s, doc = %s::jsonb, hash = %s WHERE run_id = %s AND position = %s",
+        [forged, forged, link_hash(bytes(row.prev_hash), forged.encode()), *row.pk],
     )
 
     verdict = _verify(agent_client, run.run_id)

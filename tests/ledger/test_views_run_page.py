@@ -133,7 +133,10 @@ def test_integrity_check_reports_a_verified_chain(auditor_client, project, decli
 def test_integrity_check_names_the_edited_record(auditor_client, project, declined_run):
     row = RunEvent.objects.filter(run__run_id=declined_run, seq=16).get()
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE ledger_runevent SET body = replace(body, 'ACC-200', 'ACC-666') WHERE id = %s", [row.pk])
+        cursor.execute(
+            "UPDATE ledger_runevent SET body = replace(body, 'ACC-200', 'ACC-666') WHERE run_id = %s AND position = %s",
+            row.pk,
+        )
     response = auditor_client.post(f"/projects/{project.slug}/runs/{declined_run}/integrity/", follow=True)
     html = response.content.decode()
     assert f"broken at record {row.position}" in html

@@ -1,0 +1,65 @@
+"""The migrations agree with the models, and the one that re-keys stored events keeps every event
+and its chain, both ways."""
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from ledger.models import Run
+from tests.conftest import fixture_events
+
+BEFORE_REKEY = ("ledger", "0007_toolcall_args_and_result_read_from_events")
+AFTER_REKEY = ("ledger", "0009_runevent_keyed_by_chain_position")
+
+
+@pytest.mark.django_db  # makemigrations checks the applied history against the database
+def test_the_models_need_no_migration_that_is_not_written() -> None:
+    out = StringIO()
+    call_command("makemigrations", "--check", "--dry-run", stdout=out)  # exits 1 on a missing migration
+    assert "No changes detected" in out.getvalue()
+
+
+def _events_table() -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+            " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'ledger_runevent'::regclass AND i.indisprimary"
+            " ORDER BY array_position(i.indkey, a.attnum)"
+        )
+        primary_key = [name for (name,) in cursor.fetchall()]
+        cursor.execute(
+            "SELECT count(*), string_agg(encode(hash, 'hex'), ',' ORDER BY run_id, position) FROM ledger_runevent"
+        )
+        count, hashes = cursor.fetchone()
+    return {"primary_key": primary_key, "count": count, "hashes": hashes}
+
+
+def _migrate(target: tuple[str, str]) -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate([target])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stored_events_are_keyed_by_run_and_position_and_the_rekey_reverses_without_loss(agent_client) -> None:
+    response = agent_client.ingest(fixture_events("a-run-recording/events.json"))
+    assert response.status_code == 200, response.content
+    stored = _events_table()
+    assert stored["primary_key"] == ["run_id", "position"]
+    assert stored["count"] == Run.objects.get().chain_length > 0
+
+    try:
+        _migrate(BEFORE_REKEY)
+        before = _events_table()
+        assert before["primary_key"] == ["id"]
+        assert (before["count"], before["hashes"]) == (stored["count"], stored["hashes"])
+    finally:
+        _migrate(AFTER_REKEY)  # the rest of the suite runs on the current schema whatever happened
+    after = _events_table()
+    assert after == stored
+
+    verdict = agent_client.get(f"/api/v1/runs/{Run.objects.get().run_id}/verify").json()
+    assert verdict["valid"] is True
