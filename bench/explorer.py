@@ -85,7 +85,7 @@ SEED_VERSION = "3"  # change it when the seed below changes: the next run seeds 
 WALL0 = 1_796_043_007_832  # meta.wallClockMs of the first fixture event
 
 EVENTS_SQL = """
-SELECT id, seq, position, type, tool_call_id, body, wall_clock_ms, hash, run_id FROM ledger_runevent
+SELECT seq, position, type, tool_call_id, body, wall_clock_ms, hash, run_id FROM ledger_runevent
 WHERE run_id = %(run)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s
 """
 RUNS_SQL = """
