@@ -1098,7 +1098,7 @@ def reconcile_events(db: psycopg.Connection, expected: Expected, checks: Checks,
     rows = db.execute(
         """
         SELECT r.run_id, r.event_count, r.max_seq, r.chain_length, r.head_hash, count(e.seq), count(DISTINCT e.seq),
-               coalesce(max(e.seq), -1), count(e.id) - count(e.seq), count(e.id)
+               coalesce(max(e.seq), -1), count(e.position) - count(e.seq), count(e.position)
         FROM ledger_run r LEFT JOIN ledger_runevent e ON e.run_id = r.id GROUP BY r.id
         """
     ).fetchall()
