@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 from django.db import connection
 from django.db.models import Q, QuerySet
-from django.db.models.expressions import RawSQL
 
 from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound
 from artifacts.models import Artifact, ArtifactStore
 from artifacts.refs import is_ref
+from artifacts.rows import RowShape
 from artifacts.scopes import Scope
-from artifacts.services import store_now_ms
+from artifacts.services import LIVE_ROWS, store_now_ms
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 200
@@ -74,34 +74,50 @@ def _live(store: ArtifactStore, scope: Scope) -> QuerySet[Artifact]:
     )
 
 
-def artifact_head(*, store: ArtifactStore, scope: Scope, ref: str) -> Artifact:
-    artifact = _live(store, scope).filter(ref=ref).only(*META_FIELDS).first() if is_ref(ref) else None
-    if artifact is None:
-        raise not_found(ref)
-    return artifact
-
-
+# Head, get and wants resolution are the agents' hot path: one row by its unique key, as a fixed
+# statement, because building it through the ORM cost about 1.5 ms of CPU per request, several
+# times the query itself. LIVE_ROWS is the predicate _live() states, in SQL.
+META_ROW = RowShape(Artifact, META_FIELDS)
+LIVE_BY_REF = (
+    " FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s AND ref = %(ref)s AND " + LIVE_ROWS
+)
+HEAD_SQL = "SELECT " + META_ROW.columns + LIVE_BY_REF
 # The payload rides along with the meta in one query; the correlated subquery reads a single
 # partition (its expiry_bucket is the outer row's).
-PAYLOAD_OF_ROW = RawSQL(
+PAYLOAD_OF_ROW = (
     "SELECT p.body FROM artifacts_payload p"
-    " WHERE p.expiry_bucket = artifacts_artifact.expiry_bucket AND p.artifact_id = artifacts_artifact.id",
-    [],
+    " WHERE p.expiry_bucket = artifacts_artifact.expiry_bucket AND p.artifact_id = artifacts_artifact.id"
 )
+GET_SQL = "SELECT " + META_ROW.columns + ", (" + PAYLOAD_OF_ROW + ")" + LIVE_BY_REF
+
+
+def _live_row(sql: str, store: ArtifactStore, scope: Scope, ref: str) -> tuple[Any, ...] | None:
+    if not is_ref(ref):
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"store": store.pk, "ns": scope.namespace, "ref": ref, "now": store_now_ms(store)})
+        row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
+def artifact_head(*, store: ArtifactStore, scope: Scope, ref: str) -> Artifact:
+    """The live artifact of (store, scope) with this ref, metadata fields only."""
+    row = _live_row(HEAD_SQL, store, scope, ref)
+    if row is None:
+        raise not_found(ref)
+    return META_ROW.instance(row)
 
 
 def artifact_get(*, store: ArtifactStore, scope: Scope, ref: str) -> tuple[Artifact, bytes]:
     """The artifact and its canonical bytes, re-hashed against the minted digest when it has one."""
-    artifact = (
-        _live(store, scope).filter(ref=ref).only(*META_FIELDS).annotate(payload=PAYLOAD_OF_ROW).first()
-        if is_ref(ref)
-        else None
-    )
-    if artifact is None:
+    row = _live_row(GET_SQL, store, scope, ref)
+    if row is None:
         raise not_found(ref)
-    if artifact.payload is None:  # a live meta without its bytes is a store fault, not an absence
+    artifact = META_ROW.instance(row)
+    payload = row[-1]
+    if payload is None:  # a live meta without its bytes is a store fault, not an absence
         raise ArtifactIntegrity(f"[artifacts] get('{ref}') refused: the stored payload is missing.", ref=ref)
-    body = bytes(artifact.payload)
+    body = bytes(payload)
     if artifact.digest is not None:
         actual = "sha-256:" + hashlib.sha256(body).hexdigest()
         if actual != artifact.digest:

@@ -18,6 +18,7 @@ from artifacts.exceptions import ArtifactNotFound, InvalidArtifact, UnknownParen
 from artifacts.models import Artifact, ArtifactHold, ArtifactStore, SweepRun, Tombstone
 from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
+from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from footprint_site.lib.js import js_stringify, js_trim
 from ledger.envelopes import json_holds_nul
@@ -31,7 +32,24 @@ def store_now_ms(store: ArtifactStore) -> int:
     return int(time.time() * 1000) + store.clock_offset_ms
 
 
+STORE_ROW = RowShape(ArtifactStore, [f.attname for f in ArtifactStore._meta.concrete_fields])
+STORE_OF_PROJECT = (  # column names from the model; the project is a parameter
+    "SELECT " + STORE_ROW.columns + " FROM artifacts_artifactstore WHERE project_id = %s"  # noqa: S608
+)
+
+
 def store_for_project(*, project: Project) -> ArtifactStore:
+    """The project's store, created by its first request; writes the store row only then.
+
+    Read afresh on every call and never cached: admins edit the retention dials, and a stale
+    one would be a silently wrong answer. The row nearly always exists, so the read is one fixed
+    SELECT (the ORM's get_or_create cost several times the query to build it on every request).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(STORE_OF_PROJECT, [project.pk])
+        row = cursor.fetchone()
+    if row is not None:
+        return STORE_ROW.instance(row)
     store, _ = ArtifactStore.objects.get_or_create(project=project)
     return store
 

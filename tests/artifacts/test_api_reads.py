@@ -1,0 +1,62 @@
+"""The agents' read path (head, get, resolve): its query budget, and the store row it reads afresh."""
+
+from typing import Any
+
+import pytest
+
+from artifacts.models import ArtifactStore
+from artifacts.scopes import scope_header
+from footprint_site import auth
+from tests.artifacts.conftest import API
+
+pytestmark = pytest.mark.django_db
+
+SCOPE = {"tenant": "t", "principal": "p", "conversationId": "reads"}
+HEADERS = {"AF-Scope": scope_header(SCOPE)}
+
+
+@pytest.fixture
+def stored(agent_client: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ref of one stored artifact; the agent's key stays verified so it costs no query below."""
+    monkeypatch.setattr(auth, "KEY_CACHE_SECONDS", 3600.0)
+    document: dict[str, Any] = {"kind": "dataset/rows", "mediaType": "application/json", "digest": "sha-256"}
+    document["payload"] = {"shape": "json", "value": '{"rows":[1,2]}'}
+    response = agent_client.post(API, document, content_type="application/json", headers=HEADERS)
+    assert response.status_code == 201, response.content
+    return str(response.json()["meta"]["ref"])
+
+
+def test_head_get_and_resolve_each_cost_the_store_row_and_the_artifact_row(
+    agent_client: Any, stored: str, django_assert_num_queries: Any
+) -> None:
+    """One SELECT of the store row, one of the artifact row (with its payload, for get and resolve)."""
+    with django_assert_num_queries(2):
+        response = agent_client.get(f"{API}/{stored}/meta", headers=HEADERS)
+    assert response.status_code == 200, response.content
+    assert response.json()["meta"]["ref"] == stored
+    with django_assert_num_queries(2):
+        response = agent_client.get(f"{API}/{stored}", headers=HEADERS)
+    assert response.status_code == 200, response.content
+    assert response.json()["payload"] == {"shape": "json", "value": '{"rows":[1,2]}'}
+    resolve = {"toolName": "chart", "wants": {"dataset": "dataset/rows"}, "args": {"dataset": stored}}
+    with django_assert_num_queries(2):
+        response = agent_client.post(f"{API}/resolve", resolve, content_type="application/json", headers=HEADERS)
+    assert response.status_code == 200, response.content
+    assert response.json()["args"] == {"dataset": {"rows": [1, 2]}}
+
+
+def test_a_read_sees_the_stores_clock_as_edited_just_before_it(agent_client: Any, project: Any, stored: str) -> None:
+    """The store row is read on every request, never kept: an edit applies to the very next read."""
+    meta = agent_client.get(f"{API}/{stored}/meta", headers=HEADERS).json()["meta"]
+    ArtifactStore.objects.filter(project=project).update(clock_offset_ms=meta["expiresAt"] - meta["createdAt"])
+    for path in (f"{API}/{stored}/meta", f"{API}/{stored}"):
+        response = agent_client.get(path, headers=HEADERS)
+        assert response.status_code == 404, response.content
+        assert response.json()["code"] == "ERR_ARTIFACT_NOT_FOUND"
+
+
+def test_a_projects_first_request_being_a_read_creates_its_store(agent_client: Any, project: Any) -> None:
+    assert not ArtifactStore.objects.filter(project=project).exists()
+    response = agent_client.get(f"{API}/art_{'z' * 22}/meta", headers=HEADERS)
+    assert response.status_code == 404, response.content
+    assert ArtifactStore.objects.filter(project=project).exists()
