@@ -14,7 +14,7 @@ from django.db.models import Q, QuerySet
 from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound
 from artifacts.models import Artifact, ArtifactStore
 from artifacts.refs import is_ref
-from artifacts.rows import RowShape
+from artifacts.rows import RowShape, prepared_cursor
 from artifacts.scopes import Scope
 from artifacts.services import LIVE_ROWS, store_now_ms
 
@@ -94,7 +94,7 @@ GET_SQL = "SELECT " + META_ROW.columns + ", (" + PAYLOAD_OF_ROW + ")" + LIVE_BY_
 def _live_row(sql: str, store: ArtifactStore, scope: Scope, ref: str) -> tuple[Any, ...] | None:
     if not is_ref(ref):
         return None
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, {"store": store.pk, "ns": scope.namespace, "ref": ref, "now": store_now_ms(store)})
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row

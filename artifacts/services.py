@@ -18,7 +18,7 @@ from artifacts.exceptions import ArtifactNotFound, InvalidArtifact, UnknownParen
 from artifacts.models import Artifact, ArtifactHold, ArtifactStore, SweepRun, Tombstone
 from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
-from artifacts.rows import RowShape
+from artifacts.rows import RowShape, prepared_cursor
 from artifacts.scopes import Scope
 from footprint_site.lib.js import js_stringify, js_trim
 from ledger.envelopes import json_holds_nul
@@ -45,7 +45,7 @@ def store_for_project(*, project: Project) -> ArtifactStore:
     one would be a silently wrong answer. The row nearly always exists, so the read is one fixed
     SELECT (the ORM's get_or_create cost several times the query to build it on every request).
     """
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(STORE_OF_PROJECT, [project.pk])
         row = cursor.fetchone()
     if row is not None:
