@@ -78,13 +78,18 @@ def explain(conversation: str, ref: str, key: str) -> dict:
 
     from artifacts.models import ArtifactStore
     from artifacts.scopes import Scope, scope_header
-    from artifacts.selectors import artifact_head
+    from artifacts.selectors import HEAD_SQL
+    from artifacts.services import store_now_ms
 
     store = ArtifactStore.objects.get()  # the benchmark's only store
-    with CaptureQueriesContext(connection) as captured:
-        artifact_head(store=store, scope=Scope(None, None, conversation), ref=ref)
-    head_sql = captured.captured_queries[-1]["sql"]  # client-side binding: the literal SQL sent
-    with connection.cursor() as cursor:
+    params = {
+        "store": store.pk,
+        "ns": Scope(None, None, conversation).namespace,
+        "ref": ref,
+        "now": store_now_ms(store),
+    }
+    with connection.cursor() as cursor:  # Django's cursors bind on the client: mogrify gives the literal SQL
+        head_sql = cursor.mogrify(HEAD_SQL, params)
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + head_sql)
         plan = "\n".join(row[0] for row in cursor.fetchall())
 

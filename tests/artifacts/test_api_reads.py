@@ -1,7 +1,5 @@
 """The agents' read path (head, get, resolve): its statements, prepared, and the store row read afresh."""
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -29,42 +27,23 @@ def stored(agent_client: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(response.json()["meta"]["ref"])
 
 
-@contextmanager
-def statements_run() -> Iterator[list[str]]:
-    """Every statement sent inside the block, prepared cursors' included (Django's query log
-    records only its own debug cursors; execute wrappers see every CursorWrapper)."""
-    sent: list[str] = []
-
-    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        sent.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        yield sent
-
-
-RESOLVE = {"toolName": "chart", "wants": {"dataset": "dataset/rows"}}
-
-
-def test_head_get_and_resolve_each_cost_the_store_row_and_the_artifact_row(agent_client: Any, stored: str) -> None:
+def test_head_get_and_resolve_each_cost_the_store_row_and_the_artifact_row(
+    agent_client: Any, stored: str, django_assert_num_queries: Any
+) -> None:
     """One SELECT of the store row, one of the artifact row (with its payload, for get and resolve)."""
-    with statements_run() as sent:
+    with django_assert_num_queries(2):
         response = agent_client.get(f"{API}/{stored}/meta", headers=HEADERS)
     assert response.status_code == 200, response.content
     assert response.json()["meta"]["ref"] == stored
-    assert len(sent) == 2, sent
-    with statements_run() as sent:
+    with django_assert_num_queries(2):
         response = agent_client.get(f"{API}/{stored}", headers=HEADERS)
     assert response.status_code == 200, response.content
     assert response.json()["payload"] == {"shape": "json", "value": '{"rows":[1,2]}'}
-    assert len(sent) == 2, sent
-    with statements_run() as sent:
-        response = agent_client.post(
-            f"{API}/resolve", {**RESOLVE, "args": {"dataset": stored}}, content_type="application/json", headers=HEADERS
-        )
+    resolve = {"toolName": "chart", "wants": {"dataset": "dataset/rows"}, "args": {"dataset": stored}}
+    with django_assert_num_queries(2):
+        response = agent_client.post(f"{API}/resolve", resolve, content_type="application/json", headers=HEADERS)
     assert response.status_code == 200, response.content
     assert response.json()["args"] == {"dataset": {"rows": [1, 2]}}
-    assert len(sent) == 2, sent
 
 
 def test_the_read_statements_are_prepared_once_they_repeat(agent_client: Any, stored: str) -> None:
