@@ -56,10 +56,10 @@ def prepared_cursor() -> CursorWrapper:
     PostgreSQL stops planning it on every request. Django's own cursors bind on the client, which
     cannot be prepared; planning the get's payload lookup across the daily partitions cost more
     than running it (p50 1.6-1.9 ms a call, 0.43 ms prepared). Otherwise as `connection.cursor()`:
-    the same health check, database errors translated to Django's, queries logged.
+    the same health check, and database errors translated to Django's.
     """
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    cursor: Any = Cursor(connection.connection)  # Any: django-stubs type these wrappers' argument as a wrapper
-    # Logged like Django's own when queries are (DEBUG, CaptureQueriesContext, assertNumQueries).
-    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+    # Never Django's debug wrapper: psycopg keeps no query text for a prepared statement, so DEBUG
+    # logs and CaptureQueriesContext would record None. Execute wrappers see every statement.
+    return CursorWrapper(Cursor(connection.connection), connection)

@@ -74,7 +74,6 @@ def sweep(budget_s: float) -> dict:
 def explain(conversation: str, ref: str, key: str) -> dict:
     from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
     from artifacts.models import ArtifactStore
     from artifacts.scopes import Scope, scope_header
@@ -102,12 +101,17 @@ def explain(conversation: str, ref: str, key: str) -> dict:
         "get": lambda: client.get(f"{base}/{ref}", **headers),
         "resolve": lambda: client.post(f"{base}/resolve", resolve, content_type="application/json", **headers),
     }
-    queries = {}
+    queries: dict[str, list[str]] = {}
     for name, request in requests.items():
         request()  # warm: first calls pay for lazy imports
-        with CaptureQueriesContext(connection) as captured:
+        sent = queries[name] = []
+
+        def record(execute, sql, *args, sent=sent):  # every statement, the prepared cursor's too
+            sent.append(sql[:160])
+            return execute(sql, *args)
+
+        with connection.execute_wrapper(record):
             assert request().status_code == 200
-        queries[name] = [q["sql"][:160] for q in captured.captured_queries]
     return {"head_sql": head_sql, "head_plan": plan, "queries": queries}
 
 
