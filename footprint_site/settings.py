@@ -103,9 +103,10 @@ def _database_from_environment() -> dict[str, object]:
     config["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     config["CONN_HEALTH_CHECKS"] = True
     # Django turns psycopg's prepared statements off (for transaction-pooling PgBouncers before
-    # 1.21, which need "off" here); ingestion's server-side-binding statements run on every
-    # request, and parsing and planning them anew was a fifth of PostgreSQL's work outside its
-    # COPYs. Django's own client-side-binding cursors never prepare, whatever this says.
+    # 1.21, which need "off" here); ingestion's and the artifact reads' server-side-binding
+    # statements run on every request, and parsing and planning them anew was a fifth of
+    # PostgreSQL's work outside ingestion's COPYs (and most of an artifact get's). Django's own
+    # client-side-binding cursors never prepare, whatever this says.
     threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="5")
     if threshold != "off" and not threshold.isdigit():
         raise ImproperlyConfigured(
