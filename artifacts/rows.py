@@ -3,7 +3,7 @@
 The agents' read path (the store, then one artifact) issues fixed statements whose building
 through the ORM costs several times the query itself; `RowShape` keeps the instances those reads
 return indistinguishable from a queryset's with `.only(*names)`: those fields loaded, the rest
-deferred, and `prepared_cursor` runs the statements prepared.
+deferred. They run through `footprint_site.lib.db.prepared_cursor`, prepared.
 """
 
 from collections.abc import Callable, Sequence
@@ -11,10 +11,8 @@ from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 from django.db.models.expressions import Col
-from psycopg import Cursor
 
 M = TypeVar("M", bound=Model)
 
@@ -48,18 +46,3 @@ class RowShape(Generic[M]):
             for convert in converters:
                 values[index] = convert(values[index], column, connection)
         return self.model.from_db(connection.alias, self.attnames, values)
-
-
-def prepared_cursor() -> CursorWrapper:
-    """A cursor for the read path's fixed statements that binds their parameters on the server, so
-    psycopg prepares each one after a few runs on a connection (settings: prepare_threshold) and
-    PostgreSQL stops planning it on every request. Django's own cursors bind on the client, which
-    cannot be prepared; planning the get's payload lookup across the daily partitions cost more
-    than running it (p50 1.6-1.9 ms a call, 0.43 ms prepared). Otherwise as `connection.cursor()`:
-    the same health check, and database errors translated to Django's.
-    """
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    # Never Django's debug wrapper: psycopg keeps no query text for a prepared statement, so DEBUG
-    # logs and CaptureQueriesContext would record None. Execute wrappers see every statement.
-    return CursorWrapper(Cursor(connection.connection), connection)

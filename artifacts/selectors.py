@@ -14,9 +14,10 @@ from django.db.models import Q, QuerySet
 from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound
 from artifacts.models import Artifact, ArtifactStore
 from artifacts.refs import is_ref
-from artifacts.rows import RowShape, prepared_cursor
+from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from artifacts.services import LIVE_ROWS, store_now_ms
+from footprint_site.lib.db import prepared_cursor
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 200

@@ -18,8 +18,9 @@ from artifacts.exceptions import ArtifactNotFound, InvalidArtifact, UnknownParen
 from artifacts.models import Artifact, ArtifactHold, ArtifactStore, SweepRun, Tombstone
 from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
-from artifacts.rows import RowShape, prepared_cursor
+from artifacts.rows import RowShape
 from artifacts.scopes import Scope
+from footprint_site.lib.db import prepared_cursor
 from footprint_site.lib.js import js_stringify, js_trim
 from ledger.envelopes import json_holds_nul
 from ledger.models import Project

@@ -14,11 +14,12 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
-from django.db import connection, transaction
+from django.db import transaction
 from psycopg import Cursor
 from psycopg.types.json import Jsonb
 
 from footprint_site.lib.chain import link_hash
+from footprint_site.lib.db import server_binding_cursor
 from ledger.envelopes import IDENTITY_KEYS, Event, canonical_bytes, json_holds_nul, replace_nul
 from ledger.exceptions import SeqConflict
 from ledger.models import Project, Run
@@ -365,17 +366,13 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
     for event in events:
         by_run[event.run_id].append(event)
 
-    # Django hands out client-side-binding cursors; this path binds server-side so its arrays,
-    # JSON documents and hashes travel as typed parameters instead of being escaped into the SQL
-    # text in Python, and its statements are prepared after a few runs (settings: prepare_threshold).
-    pg = connection.connection
     receipts: list[RunReceipt] = []
     rows = EventRowsBlock()
     new_events: list[Event] = []
     states: dict[str, _RunState] = {}
     duplicates: dict[str, int] = {}
     accepted: dict[str, int] = {}
-    with Cursor(pg) as cur:
+    with server_binding_cursor() as cur:
         for run_id in sorted(by_run):
             run_events = by_run[run_id]
             state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
@@ -468,7 +465,7 @@ def run_append_server_event(*, project: Project, run_id: str, type_: str, payloa
     body = canonical_bytes(
         {"type": type_, "payload": payload, "meta": {"runId": run_id, "wallClockMs": now_ms, "author": SERVER_AUTHOR}}
     )
-    with Cursor(connection.connection) as cur:
+    with server_binding_cursor() as cur:
         state = _lock_run(cur, project, run_id, [], Run.Source.EVENTS)
         head = link_hash(state.head, body)
         cur.execute(

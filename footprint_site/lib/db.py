@@ -1,0 +1,39 @@
+"""psycopg's own cursor on Django's connection, for the paths that need what Django's cursors lack.
+
+Django's cursors bind parameters on the client (escaped into the SQL text in Python), so
+PostgreSQL plans every statement anew, and they offer no COPY. psycopg's `Cursor` binds on the
+server, so psycopg prepares a statement once it repeats on a connection (settings:
+prepare_threshold). Both helpers keep what Django's cursors promise besides: database errors
+become Django's, so a connection lost midway is the 503 of DatabaseUnavailableMiddleware and
+not a 500, and Django learns that the connection may be broken.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection
+from django.db.backends.utils import CursorWrapper
+from psycopg import Cursor
+
+
+@contextmanager
+def server_binding_cursor() -> Iterator[Cursor[Any]]:
+    """The psycopg cursor itself, for ingestion's typed statements and binary COPY; every database
+    error raised inside the block, COPY included, is translated. No health check: callers write
+    inside a transaction, where reconnecting would drop what the transaction did so far."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors, Cursor(connection.connection) as cursor:
+        yield cursor
+
+
+def prepared_cursor() -> CursorWrapper:
+    """The psycopg cursor in Django's wrapper, for the artifact read path's fixed statements:
+    execute wrappers see each statement and the connection's health is checked, as with
+    `connection.cursor()`. Planning the artifact get's payload lookup across the daily partitions
+    cost more than running it (p50 1.6-1.9 ms a call, 0.43 ms prepared)."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    # Never Django's debug wrapper: psycopg keeps no query text for a prepared statement, so DEBUG
+    # logs and CaptureQueriesContext would record None. Execute wrappers see every statement.
+    return CursorWrapper(Cursor(connection.connection), connection)
