@@ -13,6 +13,13 @@ timeout = 75  # the ask long-poll holds a request up to 55 s
 keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
 preload_app = True
+# gunicorn's control socket (gunicornc) defaults to one path per user, $HOME/.gunicorn/gunicorn.ctl:
+# a second server on the machine (the tests', the benchmark's, another `make run`) takes it over,
+# and either one stopping deletes it. Off unless given a path of its own.
+if os.environ.get("GUNICORN_CONTROL_SOCKET"):
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+else:
+    control_socket_disable = True
 
 
 def post_fork(server: object, worker: object) -> None:

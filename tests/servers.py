@@ -37,8 +37,9 @@ def free_port() -> int:
 class Gunicorn:
     """The production web server (gunicorn.conf.py) on pytest's test database."""
 
-    def __init__(self, log: Path, workers: int = 1) -> None:
+    def __init__(self, log: Path, workers: int = 1, env: dict[str, str] | None = None) -> None:
         self.workers = workers
+        self.env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -53,6 +54,7 @@ class Gunicorn:
             "HOST": "127.0.0.1",
             "PORT": str(self.port),
             "WEB_CONCURRENCY": str(self.workers),
+            **self.env,
         }
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(

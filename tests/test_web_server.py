@@ -50,3 +50,22 @@ def test_each_new_connection_goes_to_a_worker_holding_none(tmp_path: Path) -> No
         for agent in agents:
             agent.close()
         server.stop()
+
+
+def test_servers_on_one_machine_share_no_control_socket(tmp_path: Path) -> None:
+    # gunicorn's control socket defaults to one path per user: a second server took it over and
+    # either one stopping deleted it. Off unless GUNICORN_CONTROL_SOCKET gives a path of its own.
+    home = tmp_path / "home"
+    home.mkdir()
+    own = tmp_path / "own.ctl"
+    quiet = Gunicorn(tmp_path / "quiet.log", env={"HOME": str(home), "XDG_RUNTIME_DIR": ""})
+    named = Gunicorn(tmp_path / "named.log", env={"HOME": str(home), "GUNICORN_CONTROL_SOCKET": str(own)})
+    try:
+        quiet.start()
+        named.start()
+        assert list(home.iterdir()) == []
+        assert "Control socket" not in (tmp_path / "quiet.log").read_text()
+        assert own.is_socket()
+    finally:
+        quiet.stop()
+        named.stop()
