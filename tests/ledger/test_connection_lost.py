@@ -18,6 +18,7 @@ from django.db import connection, transaction
 
 from ledger.models import Ask, Run, RunEvent
 from ledger.selectors_integrity import run_chain_verify
+from ledger.services import agent_key_create
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +42,7 @@ def _backend_waiting_on_the_run_lock(deadline_s: float = 20) -> int:
             cur.execute("SELECT pg_stat_clear_snapshot()")  # else a transaction sees the view as it first read it
             cur.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND query LIKE '%%INSERT INTO ledger_run %%'"
+                " AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO ledger_run %'"
             )
             row = cur.fetchone()
             if row:
@@ -81,8 +82,6 @@ def _assert_database_unavailable(response: Any) -> None:
 
 
 def test_ingestion_killed_mid_write_answers_503_and_stores_nothing(project):
-    from ledger.services import agent_key_create
-
     secret = agent_key_create(project=project, scopes=["ingest"])[1]
     agent = ApiClient(secret)
     assert agent.ingest([_event(0)]).status_code == 200
@@ -97,8 +96,6 @@ def test_ingestion_killed_mid_write_answers_503_and_stores_nothing(project):
 
 
 def test_decision_killed_mid_write_answers_503_and_leaves_the_ask_open(project):
-    from ledger.services import agent_key_create
-
     secret = agent_key_create(project=project, scopes=["ingest", "asks"])[1]
     agent = ApiClient(secret)
     assert agent.ingest([_event(0)]).status_code == 200
