@@ -274,6 +274,14 @@ REFUSALS = CopyTarget(
         " tool_call_id:text iteration:int4 wall_clock_ms:int8"
     ),
 )
+TOOL_CALLS = CopyTarget(
+    "ledger_toolcall",
+    _columns(
+        "run_id:int8 tool_call_id:text tool_name:text error:bool status:text duration_ms:int8 start_seq:int4"
+        " end_seq:int4"
+    ),
+)
+TOOL_CALL_FIELDS: Final = [name for name, _ in TOOL_CALLS.columns[2:]]  # as ledger.projections names them
 
 
 def _copy(cur: Cursor[Any], target: CopyTarget, rows: list[tuple[Any, ...]]) -> None:
@@ -298,7 +306,9 @@ def _ms_to_datetime(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, int]) -> None:
+def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, int], first_batch: set[str]) -> None:
+    """`first_batch`: the runs that had no stored event before this batch, so no tool call either."""
+
     def with_pk(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         return [(pks[row[0]], *row[1:]) for row in rows]
 
@@ -310,13 +320,19 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
     _copy(cur, VERDICTS, with_pk(projection.verdicts))
     _copy(cur, EFFECTS, with_pk(projection.effects))
     _copy(cur, REFUSALS, with_pk(projection.refusals))
-    if projection.tool_calls:
+    # A run's first batch has no earlier start or end to merge with: its calls are new rows, and
+    # COPY writes them for half the CPU PostgreSQL spends on the upsert (0.45 against 0.9 ms for 62).
+    new_calls: list[tuple[Any, ...]] = []
+    merged_calls: list[dict[str, Any]] = []
+    for (run_id, call_id), fields in projection.tool_calls.items():
+        if run_id in first_batch:
+            new_calls.append((pks[run_id], call_id, *[fields.get(name) for name in TOOL_CALL_FIELDS]))
+        else:
+            merged_calls.append({"run_id": pks[run_id], "tool_call_id": call_id, **fields})
+    _copy(cur, TOOL_CALLS, new_calls)
+    if merged_calls:
         # One JSON document for all the calls: psycopg would dump an array per column, element by element.
-        calls = [
-            {"run_id": pks[run_id], "tool_call_id": call_id, **fields}
-            for (run_id, call_id), fields in projection.tool_calls.items()
-        ]
-        cur.execute(TOOL_CALL_UPSERT, [Jsonb(orjson.dumps(calls), dumps=_raw_json)])
+        cur.execute(TOOL_CALL_UPSERT, [Jsonb(orjson.dumps(merged_calls), dumps=_raw_json)])
 
 
 # COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
@@ -372,10 +388,13 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
     states: dict[str, _RunState] = {}
     duplicates: dict[str, int] = {}
     accepted: dict[str, int] = {}
+    first_batch: set[str] = set()
     with server_binding_cursor() as cur:
         for run_id in sorted(by_run):
             run_events = by_run[run_id]
             state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
+            if state.chain_length == 0:
+                first_batch.add(run_id)
             fresh, duplicates[run_id] = _split_new(run_id, run_events, _stored_bodies(cur, state, run_events), events)
             head = state.head
             for offset, event in enumerate(fresh):
@@ -389,7 +408,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
             with cur.copy(EVENTS.statement) as copy:
                 copy.write(rows.finished())
         projection = project_events(new_events)
-        _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()})
+        _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()}, first_batch)
         if projection.pauses:
             from ledger.services.asks import asks_from_events
 

@@ -435,6 +435,34 @@ def test_toolcall_end_before_start_in_separate_batches_fills_one_row(agent_clien
     assert Run.objects.get().tool_call_count == 1
 
 
+def test_toolcall_rows_of_a_new_run_and_of_a_known_run_in_one_batch(agent_client):
+    # A run's first batch writes its calls as new rows; a later batch merges into the calls it has.
+    def start(seq: int, run_id: str, call_id: str) -> dict[str, Any]:
+        payload = {"toolName": "ping", "toolCallId": call_id}
+        return _event(seq, run_id, type_="agentfootprint.stream.tool_start", payload=payload)
+
+    def end(seq: int, run_id: str, call_id: str) -> dict[str, Any]:
+        payload = {"toolCallId": call_id, "durationMs": seq, "status": "success"}
+        return _event(seq, run_id, type_="agentfootprint.stream.tool_end", payload=payload)
+
+    _ingest_ok(agent_client, [start(0, "known", "k1")])
+
+    _ingest_ok(
+        agent_client,
+        [end(1, "known", "k1"), start(2, "known", "k2"), start(0, "new", "k1"), end(1, "new", "k1")],
+    )
+
+    rows = ToolCall.objects.order_by("run__run_id", "tool_call_id").values_list(
+        "run__run_id", "tool_call_id", "tool_name", "start_seq", "end_seq", "duration_ms", "status"
+    )
+    assert list(rows) == [
+        ("known", "k1", "ping", 0, 1, 1, "success"),
+        ("known", "k2", "ping", 2, None, None, None),
+        ("new", "k1", "ping", 0, 1, 1, "success"),
+    ]
+    assert dict(Run.objects.values_list("run_id", "tool_call_count")) == {"known": 2, "new": 1}
+
+
 # --- recordings ----------------------------------------------------------------------------------
 
 
