@@ -198,6 +198,7 @@ ASK_SCHEMA: dict[str, Any] = {
     },
 }
 ASK_KEYS = frozenset(ASK_SCHEMA["properties"]) | {"paused"}
+DECISION_KEYS = frozenset({"approved", "by", "note", "value"})
 
 
 def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
@@ -296,6 +297,9 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
     if not isinstance(document, dict) or not isinstance(document.get("by"), str) or not document["by"].strip():
         raise AskInvalid("The body is {approved, by, note?, value?}; `by` names who decided.")
+    unknown = document.keys() - DECISION_KEYS
+    if unknown:
+        raise AskInvalid(f"Unknown fields: {', '.join(sorted(unknown))}. The body is {{approved, by, note?, value?}}.")
     approved = document.get("approved", True if ask.kind == Ask.Kind.PLAIN else None)
     if not isinstance(approved, bool):
         raise AskInvalid("approved must be true or false.")
@@ -307,6 +311,7 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
         approved=approved,
         via=Ask.Via.API,
         by_label=document["by"].strip(),
+        key=agent_key_of(request),
         note=note,
         value=document.get("value"),
     )

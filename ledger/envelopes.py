@@ -17,6 +17,13 @@ MAX_ID_LENGTH: Final = 200
 # Lists, not tuples: compiled, a loop over a list indexes it, while a constant tuple is boxed per loop.
 IDENTITY_KEYS: Final = ["sessionId", "tenant", "principal"]
 PATH_KEYS: Final = ["subflowPath", "compositionPath"]
+# The server's own records in a chain (a person's decision, say) are typed `ledger.…`: an agent
+# posting one could pass it off as the server's, so ingestion refuses the namespace.
+SERVER_NAMESPACE: Final = "ledger."
+SERVER_NAMESPACE_RULE: Final = (
+    "type 'ledger.…' is the server's own namespace (its records of decisions made here); "
+    "an agent's events are typed by the framework, e.g. 'agentfootprint.stream.tool_start'."
+)
 
 
 class Event:
@@ -216,6 +223,8 @@ def check_event(index: int, raw: Any, *, may_hold_nul: bool = True) -> tuple[Eve
                 index, "type", f"type must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000."
             )
         )
+    elif isinstance(type_, str) and type_.startswith(SERVER_NAMESPACE):
+        problems.append(_problem(index, "type", SERVER_NAMESPACE_RULE))
     meta = raw.get("meta")
     wall_clock_ms, meta_problems = _checked_meta(index, meta)
     problems += meta_problems

@@ -439,6 +439,9 @@ class Ask(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    # An integration's `by` is its own free text (spec §9.3): the key it authenticated with is
+    # what the server can vouch for.
+    decided_by_key = models.ForeignKey(AgentKey, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_via = models.CharField(max_length=8, choices=Via.choices, null=True, blank=True)
     note = models.TextField(null=True, blank=True)

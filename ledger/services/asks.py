@@ -25,12 +25,15 @@ from ledger.envelopes import (
 )
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
-from ledger.services.ingest import run_append_server_event
+from ledger.services.ingest import run_append_server_event, run_lock
 
 NOTIFY_CHANNEL = "ask_decided"
 DECISION_EVENT = "ledger.human_decision"
 CONSUMER_SCOPE = "consumer-scope"
 MAX_NOTE_LENGTH = 2000
+# The page's answer box holds as much; the value travels in the chain, the webhook and the pages.
+MAX_VALUE_CHARS = 100_000
+DECISION_VALUE_KEYS = frozenset({"kind", "value", "from", "coverage"})
 
 
 def ask_fields(pause_data: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +98,9 @@ def _check_id(name: str, value: Any, *, required: bool) -> None:
         raise AskInvalid(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.")
 
 
-def _check_decision(by_label: str, note: str | None, value: Any) -> None:
-    """What a decision may carry: it is stored in text and jsonb columns and hashed into the chain."""
+def _check_decision(kind: str, by_label: str, note: str | None, value: Any) -> None:
+    """What a decision may carry: it is stored in text and jsonb columns and hashed into the chain,
+    and a consent gate's value is what the framework resumes with (spec §2.7)."""
     if not by_label or len(by_label) > MAX_ID_LENGTH or "\x00" in by_label:
         raise AskInvalid(f"by must be a non-empty name of at most {MAX_ID_LENGTH} characters, without U+0000.")
     if note is not None and (len(note) > MAX_NOTE_LENGTH or "\x00" in note):
@@ -105,8 +109,24 @@ def _check_decision(by_label: str, note: str | None, value: Any) -> None:
         written = orjson.dumps(value)
     except orjson.JSONEncodeError:
         raise AskInvalid(f"value nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
+    if len(written) > MAX_VALUE_CHARS:
+        raise AskInvalid(f"value may be at most {MAX_VALUE_CHARS:,} characters of JSON; this one is {len(written):,}.")
     if json_holds_nul(written):
         raise AskInvalid("value must not contain U+0000.")
+    if kind != Ask.Kind.PLAIN and value is not None and not _is_decision_value(value):
+        raise AskInvalid(
+            "value of a check-in or middleware ask is a DecisionValue {kind, value, from?, coverage?}: "
+            "kind a string naming what was chosen, value the choice."
+        )
+
+
+def _is_decision_value(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("kind"), str)
+        and "value" in value
+        and value.keys() <= DECISION_VALUE_KEYS
+    )
 
 
 def _fields_for_model(pause_data: dict[str, Any]) -> dict[str, Any]:
@@ -211,14 +231,18 @@ def asks_from_events(*, project: Project, events: list[Event]) -> None:
         )
         existing = Ask.objects.filter(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"]).first()
         if existing is None:
-            Ask.objects.create(
-                project=project,
-                run_id=run_id,
-                tool_call_id=pause_data["toolCallId"],
-                session_id=session_id,
-                **_fields_for_model(pause_data),
-            )
-            continue
+            try:
+                with transaction.atomic():  # the agent's own POST /asks may open it at this moment
+                    Ask.objects.create(
+                        project=project,
+                        run_id=run_id,
+                        tool_call_id=pause_data["toolCallId"],
+                        session_id=session_id,
+                        **_fields_for_model(pause_data),
+                    )
+                continue
+            except IntegrityError:
+                existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
         updates: dict[str, Any] = {}
         if short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
             updates.update(_fields_for_model(pause_data))
@@ -233,17 +257,28 @@ def _close_reported(project: Project, payload: dict[str, Any]) -> None:
     if not isinstance(tool_call_id, str) or not isinstance(payload.get("approved"), bool):
         return
     # The resumed run reports under a new runId and no session, so the ask is found by its tool
-    # call alone; ids like 'c3' repeat across runs, and an ambiguous match decides nothing.
-    candidates = list(Ask.objects.filter(project=project, tool_call_id=tool_call_id, status=Ask.Status.OPEN)[:2])
-    if len(candidates) == 1:
-        Ask.objects.filter(pk=candidates[0].pk, status=Ask.Status.OPEN).update(
-            status=Ask.Status.DECIDED,
-            approved=payload["approved"],
-            decided_by_label=replace_nul(by) if isinstance(by, str) else "",
-            decided_at=timezone.now(),
-            decided_via=Ask.Via.RUN,
-            note=replace_nul(payload["note"]) if isinstance(payload.get("note"), str) else None,
-        )
+    # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
+    # decision made here, so unless this is the project's only ask for the call, nothing is decided.
+    candidates = list(Ask.objects.filter(project=project, tool_call_id=tool_call_id)[:2])
+    if len(candidates) != 1 or candidates[0].status != Ask.Status.OPEN:
+        return
+    claimed = Ask.objects.filter(pk=candidates[0].pk, status=Ask.Status.OPEN).update(
+        status=Ask.Status.DECIDED,
+        approved=payload["approved"],
+        decided_by_label=replace_nul(by) if isinstance(by, str) else "",
+        decided_at=timezone.now(),
+        decided_via=Ask.Via.RUN,
+        note=replace_nul(payload["note"]) if isinstance(payload.get("note"), str) else None,
+    )
+    if claimed:
+        # The run's own checkin.decision is the chain's record of it; the long-polls still wake.
+        _notify_decided(candidates[0].pk)
+
+
+def _notify_decided(ask_id: int) -> None:
+    """Wake every long-poll waiting on the ask, at commit (NOTIFY is transactional)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, str(ask_id)])
 
 
 def _already_decided(ask_id: int) -> AskAlreadyDecided:
@@ -264,48 +299,50 @@ def ask_decide(
     via: str,
     by_label: str,
     user: User | None = None,
+    key: AgentKey | None = None,
     note: str | None = None,
     value: Any = None,
 ) -> Ask:
     """Record the one decision of an ask.
 
-    `by_label` is stamped by the caller from who is authenticated, never taken from a form.
+    `by_label` is stamped by the caller from who is authenticated (a person), or is an
+    integration's own name for who decided, kept beside the `key` it authenticated with.
     Writes the decision (a claim: only an open ask can be decided), appends a
     `ledger.human_decision` event to the run's chain, NOTIFYs waiting long-polls on commit,
     and enqueues the project's webhook delivery. Raises AskAlreadyDecided for a second decision.
     """
-    _check_decision(by_label, note, value)
+    target = Ask.objects.select_related("project").filter(pk=ask_id).first()
+    if target is None:
+        raise AskNotFound("No such ask.")
+    _check_decision(target.kind, by_label, note, value)
+    # The run's lock before the ask's row, in ingestion's order (it closes asks the run reports).
+    run_lock(project=target.project, run_id=target.run_id)
     claimed = Ask.objects.filter(pk=ask_id, status=Ask.Status.OPEN).update(
         status=Ask.Status.DECIDED,
         approved=approved,
         decided_by_label=by_label,
         decided_by=user,
+        decided_by_key=key,
         decided_at=timezone.now(),
         decided_via=via,
         note=note or None,
         value=value,
     )
     if claimed != 1:
-        if not Ask.objects.filter(pk=ask_id).exists():
-            raise AskNotFound("No such ask.")
         raise _already_decided(ask_id)
     ask = Ask.objects.select_related("project").get(pk=ask_id)
-    decision = ask.decision() or {}
-    run_append_server_event(
-        project=ask.project,
-        run_id=ask.run_id,
-        type_=DECISION_EVENT,
-        payload={
-            "askId": ask.pk,
-            "kind": ask.kind,
-            "toolCallId": ask.tool_call_id,
-            "toolName": ask.tool_name,
-            "via": via,
-            "decision": decision,
-        },
-    )
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, str(ask.pk)])
+    payload: dict[str, Any] = {
+        "askId": ask.pk,
+        "kind": ask.kind,
+        "toolCallId": ask.tool_call_id,
+        "toolName": ask.tool_name,
+        "via": via,
+        "decision": ask.decision() or {},
+    }
+    if key is not None:
+        payload["byKey"] = key.prefix
+    run_append_server_event(project=ask.project, run_id=ask.run_id, type_=DECISION_EVENT, payload=payload)
+    _notify_decided(ask.pk)
     endpoint = getattr(ask.project, "webhook", None)
     if endpoint is not None and endpoint.active:
         from ledger import tasks

@@ -475,6 +475,16 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
 SERVER_AUTHOR = "footprint-ledger"
 
 
+def run_lock(*, project: Project, run_id: str) -> None:
+    """Take the run's row lock (creating the run if it is new) for the rest of the transaction.
+
+    Ingestion locks its runs before it touches their asks; a decision takes the same lock before
+    it claims the ask, so the two wait on each other instead of deadlocking.
+    """
+    with server_binding_cursor() as cur:
+        _lock_run(cur, project, run_id, [], Run.Source.EVENTS)
+
+
 def run_append_server_event(*, project: Project, run_id: str, type_: str, payload: dict[str, Any]) -> str:
     """Append an event the server itself authored (seq NULL) to a run's chain; returns the new head.
 
