@@ -96,6 +96,16 @@ def _check_utf8_form(body: bytes) -> None:
         unquote_to_bytes(pair.replace(b"+", b" ")).decode("utf-8")
 
 
+# SQLSTATE classes of a server that is unreachable, shutting down or out of resources: worth a
+# retry. Other "operational" errors (an index row too large, say) fail the same way every time.
+UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "58")
+
+
+def _is_the_statements_fault(exception: Exception) -> bool:
+    sqlstate = getattr(exception.__cause__, "sqlstate", None)  # None: the connection itself failed
+    return sqlstate is not None and not sqlstate.startswith(UNAVAILABLE_SQLSTATE_CLASSES)
+
+
 class DatabaseUnavailableMiddleware:
     """While PostgreSQL is unreachable (restarting, failing over), answer 503 with Retry-After:
     clients retry, and nothing was acknowledged, so nothing is lost."""
@@ -109,7 +119,7 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not isinstance(exception, OperationalError | InterfaceError):
+        if not isinstance(exception, OperationalError | InterfaceError) or _is_the_statements_fault(exception):
             return None
         logger.warning("database unavailable: %s", type(exception).__name__)
         message = "The database is unavailable; nothing was stored. Retry shortly."

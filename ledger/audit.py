@@ -14,6 +14,7 @@ FORMAT = "agentfootprint.audit/1"
 HASH_ALGORITHM = "sha-256"
 CANONICALIZATION = "afp-cjson/1"
 ZERO_HASH = "0" * 64
+MAX_SAFE_INTEGER = 2**53 - 1  # the framework's seqs are JavaScript numbers
 LIBRARY = {"name": "footprint-ledger", "version": "0.1.0"}
 
 
@@ -68,6 +69,13 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
                 checked,
                 first_seq if isinstance(first_seq, int) else None,
                 f"recordCount {header.get('recordCount')} does not match {len(records)} records{suffix}",
+            )
+        if not isinstance(first_seq, int) or isinstance(first_seq, bool) or not 0 <= first_seq <= MAX_SAFE_INTEGER:
+            return _answer(
+                False,
+                checked,
+                None,
+                f"sequence mismatch — header.firstSeq must be a whole number from 0 to {MAX_SAFE_INTEGER}{suffix}",
             )
         chain_head = header.get("chainHead")
         if previous is not None:

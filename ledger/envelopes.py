@@ -5,6 +5,7 @@ events ready to store or every problem found, each naming the event's index and 
 """
 
 import json
+import re
 from typing import Any, Final
 
 import orjson
@@ -84,6 +85,45 @@ def parse_json(body: bytes) -> Any:
     return document
 
 
+def parse_json_keeping_lone_surrogates(body: bytes) -> Any:
+    """`parse_json`, except that a lone UTF-16 surrogate escape (`\\ud83d` alone) is read, not refused.
+
+    For audit bundles: the framework cuts long strings at 255 UTF-16 units (spec §5.3), which
+    can split an emoji, and its canonical form writes the half left over as that escape (§5.5).
+    orjson refuses it; Python's reader keeps it as a lone surrogate, which the bundle's hashes
+    cover. Every other refusal of `parse_json` still applies.
+    """
+    try:
+        return parse_json(body)
+    except MalformedBody as exc:
+        if "surrogate" not in str(exc):
+            raise
+    try:
+        return json.loads(
+            body.decode("utf-8"),
+            object_pairs_hook=_unique_keys,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+        )
+    except RecursionError:
+        raise MalformedBody(f"The body nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
+    except _DuplicateKey as exc:
+        raise MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
+        raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is too large: it would be read as infinity")
+    return value
+
+
 class _DuplicateKey(ValueError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
@@ -115,6 +155,21 @@ def json_holds_nul(text: bytes) -> bool:
     """Whether JSON text (as orjson writes it) holds U+0000, which it escapes as \\u0000. Also yes
     for the text of a backslash followed by "u0000": a caller that replaces then changes nothing."""
     return b"\\u0000" in text
+
+
+def text_copy(value: Any) -> Any:
+    """The value with U+0000 and lone surrogates replaced by U+FFFD: what text and jsonb columns,
+    pages and JSON answers can hold (a bundle's bytes keep the truth)."""
+    if isinstance(value, str):
+        return UNSTORABLE_CHARACTERS.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [text_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {text_copy(k): text_copy(v) for k, v in value.items()}
+    return value
+
+
+UNSTORABLE_CHARACTERS: Final = re.compile(r"[\x00\ud800-\udfff]")  # re reads the escapes: no surrogate in the source
 
 
 def replace_nul(value: Any) -> Any:
@@ -171,7 +226,7 @@ def _checked_meta(index: int, meta: Any) -> tuple[int | None, list[dict[str, Any
             problems.append(_id_problem(index, key))
     wall = None
     if "wallClockMs" in meta:
-        wall = _wall_clock_ms(meta["wallClockMs"])
+        wall = wall_clock_ms_of(meta["wallClockMs"])
         if wall is None:
             message = "meta.wallClockMs must be a Unix time in milliseconds."
             problems.append(_problem(index, "meta.wallClockMs", message))
@@ -181,7 +236,7 @@ def _checked_meta(index: int, meta: Any) -> tuple[int | None, list[dict[str, Any
     return wall, problems
 
 
-def _wall_clock_ms(value: Any) -> int | None:
+def wall_clock_ms_of(value: Any) -> int | None:
     """Whole milliseconds of a valid `meta.wallClockMs`, else None."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value if 0 <= value < LAST_WALL_CLOCK_MS else None
@@ -283,6 +338,6 @@ def check_events(raw_events: list[Any], *, may_hold_nul: bool = True) -> list[Ev
         shown = ", ".join(str(i) for i in bad[:10]) + (" …" if len(bad) > 10 else "")
         raise BatchInvalid(
             f"{len(bad)} event(s) are not valid agentfootprint envelopes (indexes {shown}); nothing was stored.",
-            errors=problems[:200],
+            errors=problems,  # every one: a batch holds at most FOOTPRINT_MAX_EVENTS_PER_REQUEST events
         )
     return events

@@ -187,6 +187,9 @@ def _otlp_json(span: Any) -> dict[str, Any]:
     return raw
 
 
+ENUM_RANGE = (-(2**15), 2**15 - 1)  # what the span row's smallint columns hold
+
+
 def _problem_of(span: Any) -> str | None:
     trace_id, span_id, parent = bytes(span.trace_id), bytes(span.span_id), bytes(span.parent_span_id)
     if len(trace_id) != 16 or not any(trace_id):
@@ -197,6 +200,9 @@ def _problem_of(span: Any) -> str | None:
         return "parentSpanId must be empty or 8 bytes (16 hex digits)"
     if span.start_time_unix_nano > MAX_NANOS or span.end_time_unix_nano > MAX_NANOS:
         return "startTimeUnixNano and endTimeUnixNano must be before the year 2262"
+    # Open protobuf enums: a value no OTLP release defines is kept as long as it is a small one.
+    if not (ENUM_RANGE[0] <= span.kind <= ENUM_RANGE[1] and ENUM_RANGE[0] <= span.status.code <= ENUM_RANGE[1]):
+        return f"kind and status.code must be OTLP enum values (from {ENUM_RANGE[0]} to {ENUM_RANGE[1]})"
     return None
 
 

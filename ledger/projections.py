@@ -323,6 +323,11 @@ def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         )
 
 
+def _skill_rejection_text(payload: dict[str, Any]) -> str:
+    current = _str(payload, "currentSkillId")  # optional (spec §4.2): no "from" without it
+    return f"skill '{payload.get('requestedId')}' is not allowed" + (f" from '{current}'" if current else "")
+
+
 PROJECTORS: dict[str, Projector] = {
     "stream.tool_start": _tool_start,
     "stream.tool_end": _tool_end,
@@ -348,7 +353,7 @@ PROJECTORS: dict[str, Projector] = {
     "skill.rejected": _refusal_of(
         "skill",
         "requestedId",
-        lambda pl: f"skill '{pl.get('requestedId')}' is not allowed from '{pl.get('currentSkillId')}'",
+        _skill_rejection_text,
     ),
     "artifacts.refused": _refusal_of("artifact", "op", lambda pl: _str(pl, "reason"), tool_key="tool"),
     "credential.failed": _refusal_of("credential", "service", lambda pl: _str(pl, "reason"), tool_key="tool"),
@@ -370,7 +375,9 @@ def project_events(events: Iterable[Event]) -> Projection:
         if delta is None:
             delta = projection.deltas[event.run_id] = RunDelta()
         delta.see_wall_clock(event.wall_clock_ms)
-        short_type = event.type.removeprefix(PREFIX)
+        if not event.type.startswith(PREFIX):
+            continue  # not the framework's: kept verbatim, projected into nothing
+        short_type = event.type[len(PREFIX) :]
         status = STATUS_BY_TYPE.get(short_type)
         if status and event.seq > delta.status_seq:
             delta.status, delta.status_seq = status, event.seq

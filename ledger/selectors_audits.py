@@ -1,13 +1,14 @@
 """Reads of audit bundles: the verdict on a body (stored or not), and the stored bundles."""
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 
 from ledger.audit import ZERO_HASH, verify_bundles
-from ledger.envelopes import parse_json, replace_nul
-from ledger.exceptions import AuditBundleInvalid
+from ledger.envelopes import parse_json_keeping_lone_surrogates, text_copy
+from ledger.exceptions import AuditBundleInvalid, MalformedBody
 from ledger.models import AuditBundle, Project
 from ledger.selectors import projects_for_user
 
@@ -37,14 +38,14 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
     chainHead is a stored bundle's finalHash and its firstSeq follows on), or `unanchored` (its
     predecessor was never imported here). A firstSeq that does not follow the stored predecessor
     makes the verdict invalid."""
-    segments = _segments_of(parse_json(body))
+    segments = _segments_of(parse_json_keeping_lone_surrogates(body))
     try:
         verdict = verify_bundles(segments if len(segments) > 1 else segments[0])
     except RecursionError:
         raise AuditBundleInvalid("A record nests too deeply to canonicalize (afp-cjson/1 recursion limit).") from None
     head, first_seq = segments[0]["header"].get("chainHead"), segments[0]["header"].get("firstSeq")
     previous = (
-        AuditBundle.objects.filter(project=project, final_hash=replace_nul(head) if isinstance(head, str) else None)
+        AuditBundle.objects.filter(project=project, final_hash=text_copy(head) if isinstance(head, str) else None)
         .order_by("-id")
         .first()
     )
@@ -64,7 +65,8 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
                 "reason": f"segment discontinuity — firstSeq {first_seq} does not follow the stored chain, "
                 f"which continues at {expected}",
             }
-    return BundleCheck(segments, {**verdict, "continuity": continuity}, previous)
+    # The reason may quote the bundle's values: as text any page, column or answer can hold.
+    return BundleCheck(segments, text_copy({**verdict, "continuity": continuity}), previous)
 
 
 def audit_bundle_broken_record(*, body: bytes, verdict: dict[str, Any]) -> dict[str, Any] | None:
@@ -72,11 +74,27 @@ def audit_bundle_broken_record(*, body: bytes, verdict: dict[str, Any]) -> dict[
     broken_at = verdict.get("brokenAt")
     if verdict.get("valid") or not isinstance(broken_at, int):
         return None
-    for segment in _segments_of(parse_json(body)):
+    for segment in _segments_of(parse_json_keeping_lone_surrogates(body)):
         for record in segment.get("records") or []:
             if isinstance(record, dict) and record.get("seq") == broken_at:
-                return record
+                return text_copy(record)  # shown on a page
     return None
+
+
+def audit_bundle_stored_verdict(*, bundle: AuditBundle) -> tuple[dict[str, Any], bool]:
+    """The verdict to show for a stored bundle, and whether its body changed since it was imported.
+
+    The import's verdict stands while the body still has the SHA-256 it arrived with; a body
+    edited in the database since is verified again, so a page never vouches for bytes it did not check.
+    """
+    body = bytes(bundle.body)
+    if hashlib.sha256(body).digest() == bytes(bundle.sha256):
+        return bundle.verdict, False
+    try:
+        verdict = audit_bundle_verdict(project=bundle.project, body=body).verdict
+    except (MalformedBody, AuditBundleInvalid) as exc:
+        verdict = {"valid": False, "recordsChecked": 0, "reason": f"the stored body is no longer a bundle: {exc}"}
+    return {**verdict, "continuity": bundle.verdict.get("continuity", {})}, True
 
 
 def audit_bundles_for_user(*, user: User | AnonymousUser, limit: int = 100) -> list[AuditBundle]:

@@ -14,7 +14,7 @@ from django.db import connection
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from ledger import anchors
-from ledger.envelopes import json_holds_nul, replace_nul
+from ledger.envelopes import json_holds_nul, replace_nul, wall_clock_ms_of
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Project, Run
 
 # Rows per query of the walk: each chunk is its own statement, so progress can be reported
@@ -47,6 +47,8 @@ def _record_problem(
     stored_hash: bytes,
     seq: int,
     type_: str,
+    tool_call_id: str | None,
+    wall_clock_ms: int | None,
 ) -> str | None:
     if position != expected_position:
         return f"record {expected_position} is missing: the next stored record is at position {position}"
@@ -62,7 +64,17 @@ def _record_problem(
         doc = orjson.loads(doc)
     if parsed != doc or parsed.get("seq") != seq or parsed.get("type") != type_:
         return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
+    if _columns_of(parsed) != (tool_call_id, wall_clock_ms):
+        return f"record {position}'s tool call or time column no longer matches its hashed bytes"
     return None
+
+
+def _columns_of(parsed: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The columns ingestion derives from an event (the pages show them): its tool call and time."""
+    payload, meta = parsed.get("payload"), parsed.get("meta")
+    call = payload.get("toolCallId") if isinstance(payload, dict) else None
+    wall = meta.get("wallClockMs") if isinstance(meta, dict) else None
+    return (call if isinstance(call, str) else None, None if wall is None else wall_clock_ms_of(wall))
 
 
 def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None) -> ChainVerdict:
@@ -79,14 +91,25 @@ def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None)
     with connection.cursor() as cur:
         while checked < total:
             cur.execute(
-                "SELECT position, prev_hash, hash, body, doc, seq, type FROM ledger_runevent"
-                " WHERE run_id = %s AND position >= %s AND position < %s ORDER BY position LIMIT %s",
+                "SELECT position, prev_hash, hash, body, doc, seq, type, tool_call_id, wall_clock_ms"
+                " FROM ledger_runevent WHERE run_id = %s AND position >= %s AND position < %s"
+                " ORDER BY position LIMIT %s",
                 [run.pk, checked, total, WALK_CHUNK],
             )
             rows = cur.fetchall()
-            for position, prev, stored_hash, body, doc, seq, type_ in rows:
+            for position, prev, stored_hash, body, doc, seq, type_, tool_call_id, wall_clock_ms in rows:
                 problem = _record_problem(
-                    position, checked, bytes(prev), running, body, doc, bytes(stored_hash), seq, type_
+                    position,
+                    checked,
+                    bytes(prev),
+                    running,
+                    body,
+                    doc,
+                    bytes(stored_hash),
+                    seq,
+                    type_,
+                    tool_call_id,
+                    wall_clock_ms,
                 )
                 if problem:
                     return ChainVerdict(False, checked, checked, problem)

@@ -63,5 +63,7 @@ def bundle_detail(request: HtmxHttpRequest, bundle_id: int) -> HttpResponse:
     bundle = selectors_audits.audit_bundle_get_for_user(user=request.user, bundle_id=bundle_id)
     if bundle is None:
         raise Http404(f"No audit bundle {bundle_id} in your projects.")
-    broken = selectors_audits.audit_bundle_broken_record(body=bytes(bundle.body), verdict=bundle.verdict)
-    return render(request, "audits/bundle_detail.html", {"bundle": bundle, "verdict": bundle.verdict, "broken": broken})
+    verdict, edited = selectors_audits.audit_bundle_stored_verdict(bundle=bundle)
+    broken = selectors_audits.audit_bundle_broken_record(body=bytes(bundle.body), verdict=verdict)
+    context = {"bundle": bundle, "verdict": verdict, "broken": broken, "edited": edited}
+    return render(request, "audits/bundle_detail.html", context)

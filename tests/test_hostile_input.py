@@ -548,7 +548,10 @@ def test_a_body_that_is_not_json_is_400_naming_the_problem(world, name):
         with writes_nothing():
             refused(world.post(name, body), 400, "ERR_MALFORMED_JSON", mentions)
 
-    each(NOT_JSON, check)
+    # The framework's own audit bundles may carry a lone surrogate escape (a string cut at 255
+    # UTF-16 units): bundles read it (tests/ledger/test_bundles_recordings_otlp_edges.py).
+    cases = {k: v for k, v in NOT_JSON.items() if not (name == "audit-bundles" and k == "lone-surrogate")}
+    each(cases, check)
 
 
 # Event streams are read as the framework's JavaScript reads them (a repeated key keeps its last

@@ -57,12 +57,12 @@ def _row(project: Project, span: Span, number: int, first_seq: int, event_count:
         trace_id=span.trace_id,
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
-        name=span.name,
+        name=replace_nul(span.name),  # text columns cannot hold U+0000 either
         kind=span.kind,
         start_unix_nano=span.start_unix_nano,
         end_unix_nano=span.end_unix_nano,
         status_code=span.status_code,
-        status_message=span.status_message,
+        status_message=replace_nul(span.status_message),
         # jsonb cannot hold U+0000 (the events' `body` keeps it, see RunEvent).
         attributes=replace_nul(span.attributes),
         events=replace_nul(span.events),

@@ -3,13 +3,14 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ledger.envelopes import check_events, is_run_id, json_holds_nul, parse_stream_json
+from ledger.envelopes import check_events, is_run_id, json_holds_nul, parse_stream_json, replace_nul
 from ledger.exceptions import RecordingInvalid
 from ledger.models import MiddlewareDecision, Project, Recording, Run
 from ledger.services.ingest import RunReceipt, events_ingest
 
 RECORDING_FORMAT = "agentfootprint.recording.v1"
 DECISION_KEYS = ("middleware", "moment", "toolCallId", "iteration", "outcome")
+MAX_DROPPED_EVENTS = 2**31 - 1  # the column is an int4, as every seq is
 
 
 def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -71,7 +72,7 @@ def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
                 # Value(None, JSONField) stores JSON null; a missing key stays SQL NULL.
                 MiddlewareDecision.objects.filter(pk=decision.pk).update(
                     **{
-                        key: models.Value(row[key], output_field=models.JSONField())
+                        key: models.Value(replace_nul(row[key]), output_field=models.JSONField())
                         for key in ("before", "after")
                         if key in row
                     }
@@ -79,6 +80,15 @@ def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
                 attached += 1
                 break
     return attached
+
+
+def _dropped_events(run_info: dict[str, Any]) -> int:
+    dropped = run_info.get("droppedEvents", 0)
+    if dropped is None:
+        return 0
+    if not isinstance(dropped, int) or isinstance(dropped, bool) or not 0 <= dropped <= MAX_DROPPED_EVENTS:
+        raise RecordingInvalid(f"run.droppedEvents must be a whole number from 0 to {MAX_DROPPED_EVENTS}.")
+    return dropped
 
 
 @transaction.atomic
@@ -99,6 +109,7 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
     run_id, raw_events = _events_of(envelope)
     if not raw_events:
         raise RecordingInvalid("recording.events is empty: there is nothing to store.")
+    dropped_events = _dropped_events(envelope["run"])
     events = check_events(raw_events, may_hold_nul=json_holds_nul(body))
     (receipt,) = events_ingest(project=project, events=events, source=Run.Source.RECORDING)
     run = Run.objects.get(project=project, run_id=run_id)
@@ -109,7 +120,7 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
         defaults={
             "body": body,
             "complete": run_info.get("complete") if isinstance(run_info.get("complete"), bool) else None,
-            "dropped_events": run_info.get("droppedEvents") if isinstance(run_info.get("droppedEvents"), int) else 0,
+            "dropped_events": dropped_events,
         },
     )
     if created:
