@@ -488,3 +488,15 @@ def test_pages_escape_what_the_agent_sent(approver_client: Client, project: Proj
     ):
         assert SCRIPT not in page
         assert ESCAPED_SCRIPT in page
+
+
+def test_decide_submitted_twice_by_one_person_says_they_had_already_decided(
+    approver_client: Client, project: Project
+) -> None:
+    ask = _open(project, B_OUTCOME["pauseData"], run_id=B_RUN)
+    assert approver_client.post(_decide_url(ask.pk), {"decision": "approve"}).status_code == 302
+
+    again = _html(approver_client.post(_decide_url(ask.pk), {"decision": "approve"}, HTTP_HX_REQUEST="true"))
+
+    assert "You had already decided this." in again
+    assert "Someone else decided first" not in again
