@@ -2,6 +2,8 @@
 
 import base64
 import binascii
+import json
+import math
 from typing import Any
 
 import orjson
@@ -27,18 +29,47 @@ def canonical_bytes(payload: Any) -> tuple[str, bytes]:
     if shape == "text":
         return shape, value.encode("utf-8", errors="surrogatepass")
     if shape == "json":
-        try:
-            orjson.loads(value)
-        except orjson.JSONDecodeError:
+        if not is_json_text(value):
             raise InvalidArtifact(
                 "payload.value is not valid JSON text; a json payload carries what JSON.stringify "
                 "produced (NaN, Infinity, cycles and functions have no JSON form)."
-            ) from None
+            )
         return shape, value.encode("utf-8")
     try:
         return shape, base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArtifact("payload.value is not valid base64 for a binary payload.") from None
+
+
+def is_json_text(text: str) -> bool:
+    """Whether `text` is JSON text: what orjson parses, and also an escaped lone surrogate.
+
+    JSON.stringify writes a string holding a lone surrogate as the escape "\\ud800", which the JSON
+    grammar allows and orjson refuses. So orjson's refusals are judged again by the standard
+    library's parser, held to everything else orjson refuses: the NaN and Infinity literals,
+    numbers beyond a double, nesting deeper than the recursion limit, text that is not UTF-8.
+    """
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return True
+    try:
+        text.encode("utf-8")  # a raw lone surrogate (not an escape) is no UTF-8 text at all
+        json.loads(text, parse_constant=_refuse_constant, parse_int=_require_double, parse_float=_require_double)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeEncodeError are ValueErrors
+        return False
+    return True
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _require_double(number: str) -> None:
+    if not math.isfinite(float(number)):
+        raise ValueError("the number is beyond a double")
 
 
 def payload_out(shape: str, body: bytes) -> dict[str, str]:
@@ -48,9 +79,19 @@ def payload_out(shape: str, body: bytes) -> dict[str, str]:
 
 
 def payload_data(shape: str, body: bytes) -> Any:
-    """The value a tool receives: parsed JSON, the string, or the payload envelope for bytes."""
+    """The value a tool receives: parsed JSON, the string, or the payload envelope for bytes.
+
+    JSON text that orjson refuses but put accepted (an escaped lone surrogate) is passed on as a
+    fragment, the exact text that orjson writes verbatim into the answer: orjson could not write
+    the parsed string back.
+    """
     if shape == "json":
-        return orjson.loads(body)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            if is_json_text(body.decode()):
+                return orjson.Fragment(body)
+            raise
     if shape == "text":
         return body.decode("utf-8", errors="surrogatepass")
     return payload_out(shape, body)

@@ -16,6 +16,11 @@ from ledger.exceptions import MalformedBody
 
 SCOPE_FIELDS = ("tenant", "principal", "conversationId")
 MAX_FIELD_CHARS = 1024
+# The namespace key sits in two btree indexes, and PostgreSQL refuses an index row over 2704
+# bytes (a database error, not an answer). Fields within MAX_FIELD_CHARS can still encode to
+# several times that: CJK is 3 bytes a character, and '/' and '%' are escaped to 3. The bound is in
+# bytes, and leaves room for the store id, created_at, ref and row header beside the key.
+MAX_NAMESPACE_BYTES = 2048
 HEADER_HELP = (
     "Send the scope as the AF-Scope header: base64url of the UTF-8 JSON "
     '{"tenant"?, "principal"?, "conversationId"}, each a string.'
@@ -60,7 +65,15 @@ def scope_from_json(document: object) -> Scope:
         if value is not None and len(value) > MAX_FIELD_CHARS:
             raise InvalidScope(f"The scope's {field} is longer than {MAX_FIELD_CHARS} characters.")
         values.append(value or None)
-    return Scope(*values)
+    scope = Scope(*values)
+    size = len(scope.namespace.encode())
+    if size > MAX_NAMESPACE_BYTES:
+        raise InvalidScope(
+            f"The scope's tenant, principal and conversationId come to {size} bytes as this store keys them "
+            f"(UTF-8, with each '/' and '%' written as 3 bytes); a scope may take at most {MAX_NAMESPACE_BYTES} "
+            "bytes. Send shorter values: an id rather than a name, or a hash of a long value."
+        )
+    return scope
 
 
 def scope_from_header(header: str | None) -> Scope:

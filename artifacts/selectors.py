@@ -141,7 +141,8 @@ def _decode_list_cursor(cursor: str | None) -> tuple[int, str] | None:
         created_at, ref = orjson.loads(base64.urlsafe_b64decode(cursor[3:] + "=" * (-len(cursor[3:]) % 4)))
     except (ValueError, TypeError):
         return None
-    if not isinstance(created_at, int) or not is_ref(ref):
+    # bool is an int subclass: a forged [true, ref] would otherwise read as position 1, an empty walk.
+    if isinstance(created_at, bool) or not isinstance(created_at, int) or not is_ref(ref):
         return None
     return created_at, ref
 

@@ -79,8 +79,11 @@ class Swept:
         return {"ref": self.ref, "reason": self.reason, "kind": self.kind, "bytes": self.bytes}
 
 
-def _check_put(spec: PutInput, now: int) -> None:
-    """Spec §1.2 steps 1-4, in order. Messages may quote kind or mediaType, never payload or scope."""
+def _check_put(spec: PutInput, now: int) -> int | None:
+    """Spec §1.2 steps 1-4, in order; returns the caller's expiresAt in whole milliseconds, if sent.
+
+    Messages may quote kind or mediaType, never payload or scope.
+    """
     if not isinstance(spec.kind, str) or not js_trim(spec.kind):
         shown = "undefined" if "kind" not in spec.present else js_stringify(spec.kind)
         raise InvalidArtifact(
@@ -99,18 +102,18 @@ def _check_put(spec: PutInput, now: int) -> None:
             raise InvalidArtifact(f"{name} contains the character U+0000, which this store cannot keep.")
     if spec.origin is not None and json_holds_nul(orjson.dumps(spec.origin)):
         raise InvalidArtifact("origin contains the character U+0000, which this store cannot keep.")
+    requested_expiry = None
     if "expiresAt" in spec.present:
         value = spec.expires_at
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise InvalidArtifact("expiresAt must be a finite number (unix milliseconds).")
-        if value > LAST_EXPIRY_MS:
+        # Whole milliseconds (§10.4), rounded down since a store may only make expiry earlier. The
+        # born-expired rule judges the rounded value: now + 0.5 would otherwise pass, then mint at now.
+        requested_expiry = math.floor(value)
+        if requested_expiry <= now:
+            rounded = "" if requested_expiry == value else f" (rounded down to whole milliseconds: {requested_expiry})"
             raise InvalidArtifact(
-                f"expiresAt {value} is after 9999-12-31 ({LAST_EXPIRY_MS}): "
-                "omit it for an artifact that does not expire."
-            )
-        if value <= now:
-            raise InvalidArtifact(
-                f"expiresAt {value} is not after the store's current time {now}: the artifact would be "
+                f"expiresAt {value}{rounded} is not after the store's current time {now}: the artifact would be "
                 "born expired. State a later time, or omit expiresAt."
             )
     if "digest" in spec.present and spec.digest != "sha-256":
@@ -123,12 +126,35 @@ def _check_put(spec: PutInput, now: int) -> None:
         not isinstance(spec.parent_refs, list) or not all(isinstance(r, str) for r in spec.parent_refs)
     ):
         raise InvalidArtifact("parentRefs must be an array of art_… refs when present.")
+    return requested_expiry
+
+
+LAST_EXPIRY_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last day a partition can name
+
+
+def _stated_expiry(store: ArtifactStore, requested: int | None, now: int) -> int | None:
+    """Spec §1.2 step 8: the earliest of the caller's expiry and the store's ceilings.
+
+    The store may tighten a caller's expiry, never extend it, so a far-future expiresAt is judged
+    only after tightening: with a ceiling it simply becomes now + ceiling. A ceiling reaching past
+    the last day a partition can name stops at that day, which is tightening too.
+    """
+    stated = requested
+    for ceiling in (store.ttl_ms, store.max_ttl_ms):
+        if ceiling is not None:
+            cap = min(now + ceiling, LAST_EXPIRY_MS)
+            stated = cap if stated is None else min(stated, cap)
+    if stated is not None and stated > LAST_EXPIRY_MS:
+        raise InvalidArtifact(
+            f"expiresAt is after 9999-12-31T23:59:59.999Z ({LAST_EXPIRY_MS}), the latest expiry this store "
+            "can keep, and this store has no time-to-live to tighten it to. State an earlier time, or omit "
+            "expiresAt for an artifact that does not expire."
+        )
+    return stated
 
 
 # Fragments of SQL kept as constants; no value is ever formatted into a query.
-LAST_EXPIRY_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last day a partition can name
 LIVE_ROWS = "(expires_at IS NULL OR expires_at > %(now)s) AND deleted_at IS NULL"
-ROW_COLUMNS = "id, ref, kind, bytes, digest, expires_at, expiry_bucket, held"
 
 
 def _unresolved_parents(cursor: Any, store: ArtifactStore, scope: Scope, parents: list[str], now: int) -> list[str]:
@@ -144,22 +170,30 @@ def _unresolved_parents(cursor: Any, store: ArtifactStore, scope: Scope, parents
     return [p for p in parents if p not in live]
 
 
-def _remove(
-    cursor: Any,
-    store: ArtifactStore,
-    rows: list[tuple[int, str, str, int, str | None, int | None, Any]],
-    reason_of: dict[int, str],
-    scope_ns: str,
-) -> None:
-    """Delete metadata and payload rows and leave a tombstone for each."""
+def _remove(cursor: Any, store: ArtifactStore, reasons: dict[int, str], scope_ns: str) -> list[Swept]:
+    """Delete these artifacts' metadata and payload rows, leaving a tombstone for each; held ones stay.
+
+    `reasons` maps artifact ids to their reasons, in sweep order; returns what was removed, in
+    that order. A put reads the rows it sweeps without row locks, so the DELETE judges `held`
+    itself: it waits out a hold being placed, then sees it. Payloads are addressed by the bucket
+    each row has when deleted, never by an earlier read, since a hold moves its payload to the far
+    partition (and a release leaves it there).
+    """
+    if not reasons:
+        return []
+    cursor.execute(
+        "DELETE FROM artifacts_artifact WHERE id = ANY(%s) AND NOT held"
+        " RETURNING id, ref, kind, bytes, digest, expires_at, expiry_bucket",
+        [list(reasons)],
+    )
+    deleted = {row[0]: row for row in cursor.fetchall()}
+    rows = [deleted[artifact_id] for artifact_id in reasons if artifact_id in deleted]
     if not rows:
-        return
-    ids = [r[0] for r in rows]
-    cursor.execute("DELETE FROM artifacts_artifact WHERE id = ANY(%s)", [ids])
+        return []
     cursor.execute(
         "DELETE FROM artifacts_payload p USING unnest(%s::date[], %s::int8[]) AS d(b, i) "
         "WHERE p.expiry_bucket = d.b AND p.artifact_id = d.i",
-        [[r[6] for r in rows], ids],
+        [[r[6] for r in rows], [r[0] for r in rows]],
     )
     cursor.execute(
         "INSERT INTO artifacts_tombstone (store_id, scope_ns, ref, kind, bytes, digest, reason, expired_at, swept_at)"
@@ -173,16 +207,18 @@ def _remove(
             [r[2] for r in rows],
             [r[3] for r in rows],
             [r[4] for r in rows],
-            [reason_of[r[0]] for r in rows],
+            [reasons[r[0]] for r in rows],
             [r[5] for r in rows],
         ],
     )
+    return [Swept(r[1], reasons[r[0]], r[2], r[3]) for r in rows]
 
 
-def _plan_retention(
-    store: ArtifactStore, live: list[tuple[Any, ...]], incoming: int
-) -> tuple[list[tuple[Any, ...]], dict[int, str]]:
-    """The retention plan of spec §4.4 over live rows oldest first; held rows are never evicted."""
+def _plan_retention(store: ArtifactStore, live: list[tuple[Any, ...]], incoming: int) -> dict[int, str]:
+    """The retention plan of spec §4.4 over live (id, bytes, held) rows, oldest first.
+
+    Held rows are never evicted. Returns {artifact id: reason} in eviction order.
+    """
     if store.max_bytes_per_scope is not None and incoming > store.max_bytes_per_scope:
         raise InvalidArtifact(
             f"the payload is {incoming} bytes and this store's byte budget per scope is "
@@ -190,17 +226,15 @@ def _plan_retention(
             "refused instead of admitted by force. Store something smaller, or build the store with a "
             "larger maxBytesPerScope."
         )
-    evicted: list[tuple[Any, ...]] = []
     reasons: dict[int, str] = {}
     remaining = list(live)
-    evictable = [row for row in remaining if not row[7]]
+    evictable = [row for row in remaining if not row[2]]
 
     def evict(reason: str) -> bool:
         if not evictable:
             return False
         row = evictable.pop(0)
         remaining.remove(row)
-        evicted.append(row)
         reasons[row[0]] = reason
         return True
 
@@ -209,10 +243,39 @@ def _plan_retention(
             if not evict(Tombstone.Reason.MAX_COUNT):
                 raise InvalidArtifact("this scope's count budget is taken by held artifacts, which are never evicted.")
     if store.max_bytes_per_scope is not None:
-        while sum(row[3] for row in remaining) + incoming > store.max_bytes_per_scope:
+        while sum(row[1] for row in remaining) + incoming > store.max_bytes_per_scope:
             if not evict(Tombstone.Reason.MAX_BYTES):
                 raise InvalidArtifact("this scope's byte budget is taken by held artifacts, which are never evicted.")
-    return evicted, reasons
+    return reasons
+
+
+def _make_room(cursor: Any, store: ArtifactStore, scope_ns: str, now: int, incoming: int) -> list[Swept]:
+    """Spec §12.5 steps 4-5: sweep the scope's expired rows, then evict what its budgets require.
+
+    Returns the swept artifacts in sweep order. A plan that cannot fit the payload raises
+    InvalidArtifact, and the caller's transaction undoes the sweep too: a refusal evicts nothing.
+    """
+    cursor.execute(
+        "SELECT id FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "
+        "AND expires_at <= %(now)s AND NOT held ORDER BY expires_at, ref LIMIT %(limit)s",
+        {"store": store.pk, "ns": scope_ns, "now": now, "limit": MAX_TTL_FACTS_PER_PUT},
+    )
+    swept = _remove(cursor, store, {row[0]: Tombstone.Reason.TTL.value for row in cursor.fetchall()}, scope_ns)
+    if store.max_bytes_per_scope is None and store.max_count_per_scope is None:
+        return swept
+    while True:
+        cursor.execute(
+            "SELECT id, bytes, held FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "  # noqa: S608
+            f"AND {LIVE_ROWS} ORDER BY created_at, ref",
+            {"store": store.pk, "ns": scope_ns, "now": now},
+        )
+        planned = _plan_retention(store, cursor.fetchall(), incoming)
+        evicted = _remove(cursor, store, planned, scope_ns)
+        swept += evicted
+        if len(evicted) == len(planned):
+            return swept
+        # An auditor held (or an agent deleted) a planned row after it was read: plan again over
+        # what the scope holds now. Other puts cannot interleave; they wait on the advisory lock.
 
 
 @transaction.atomic
@@ -224,8 +287,7 @@ def artifact_put(*, store: ArtifactStore, scope: Scope, spec: PutInput) -> tuple
     tombstone), and returns the meta and the swept list in eviction order.
     """
     now = store_now_ms(store)
-    _check_put(spec, now)
-    shape, body = canonical_bytes(spec.payload)
+    requested_expiry = _check_put(spec, now)
     namespace = scope.namespace
     with connection.cursor() as cursor:
         # Parent checks, retention and the insert are one atomic step per scope.
@@ -242,35 +304,11 @@ def artifact_put(*, store: ArtifactStore, scope: Scope, spec: PutInput) -> tuple
                     "tells you what resolves.",
                     unresolved=unresolved,
                 )
-        expires_at = int(spec.expires_at) if "expiresAt" in spec.present else None
-        for ceiling in (store.ttl_ms, store.max_ttl_ms):
-            if ceiling is not None:
-                expires_at = min(expires_at, now + ceiling) if expires_at is not None else now + ceiling
-
-        cursor.execute(
-            f"SELECT {ROW_COLUMNS} FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "  # noqa: S608
-            "AND expires_at <= %(now)s AND NOT held ORDER BY expires_at, ref LIMIT %(limit)s",
-            {"store": store.pk, "ns": namespace, "now": now, "limit": MAX_TTL_FACTS_PER_PUT},
-        )
-        ttl_rows = cursor.fetchall()
-        reasons: dict[int, str] = {row[0]: Tombstone.Reason.TTL.value for row in ttl_rows}
-        evicted: list[tuple[Any, ...]] = []
-        if store.max_bytes_per_scope is not None or store.max_count_per_scope is not None:
-            cursor.execute(
-                f"SELECT {ROW_COLUMNS} FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "  # noqa: S608
-                f"AND {LIVE_ROWS} ORDER BY created_at, ref",
-                {"store": store.pk, "ns": namespace, "now": now},
-            )
-            evicted, eviction_reasons = _plan_retention(store, cursor.fetchall(), len(body))
-            reasons.update(eviction_reasons)
-        swept_rows = [*ttl_rows, *evicted]
-        _remove(
-            cursor,
-            store,
-            [(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in swept_rows],
-            reasons,
-            namespace,
-        )
+        # Step 6 follows step 5 (U11: the first failing rule names the refusal), still before a
+        # ref is minted, so a put with a dangling parent hears about the parent whatever its payload.
+        shape, body = canonical_bytes(spec.payload)
+        expires_at = _stated_expiry(store, requested_expiry, now)
+        swept = _make_room(cursor, store, namespace, now, len(body))
 
         digest = "sha-256:" + hashlib.sha256(body).hexdigest() if "digest" in spec.present else None
         bucket = partitions.bucket_for(expires_at)
@@ -299,7 +337,6 @@ def artifact_put(*, store: ArtifactStore, scope: Scope, spec: PutInput) -> tuple
             "INSERT INTO artifacts_payload (expiry_bucket, artifact_id, body) VALUES (%s, %s, %s)",
             [bucket, artifact.pk, body],
         )
-    swept = [Swept(r[1], reasons[r[0]], r[2], r[3]) for r in swept_rows]
     from artifacts.selectors import meta_of
 
     return meta_of(artifact), swept
@@ -316,16 +353,17 @@ def artifact_delete(*, store: ArtifactStore, scope: Scope, ref: str) -> None:
     row = (
         Artifact.objects.select_for_update()
         .filter(store=store, scope_ns=scope.namespace, ref=ref, deleted_at__isnull=True)
-        .values_list("id", "ref", "kind", "bytes", "digest", "expires_at", "expiry_bucket", "held")
+        .values_list("id", "held")
         .first()
     )
     if row is None:
         return
-    if row[7]:
-        Artifact.objects.filter(pk=row[0]).update(deleted_at=store_now_ms(store))
+    artifact_id, held = row
+    if held:
+        Artifact.objects.filter(pk=artifact_id).update(deleted_at=store_now_ms(store))
         return
     with connection.cursor() as cursor:
-        _remove(cursor, store, [row[:7]], {row[0]: Tombstone.Reason.DELETED}, scope.namespace)
+        _remove(cursor, store, {artifact_id: Tombstone.Reason.DELETED}, scope.namespace)
 
 
 def _move_payload(artifact: Artifact, bucket: Any) -> None:

@@ -1,5 +1,6 @@
 """Auditor pages for a project's artifacts: list, detail with a safe preview, holds, retention."""
 
+import contextlib
 from typing import Any
 
 import orjson
@@ -31,13 +32,20 @@ def _project(request: HtmxHttpRequest, slug: str) -> tuple[Project, str, Artifac
     return project, role, services.store_for_project(project=project)
 
 
-def _preview(shape: str, body: bytes | None) -> dict[str, Any] | None:
-    """Text to show, always rendered escaped by the template; binary is never decoded."""
-    if body is None or shape == "binary":
+def _preview(shape: str, body: bytes | None, digest_status: str) -> dict[str, Any] | None:
+    """Text to show, always rendered escaped by the template; binary is never decoded.
+
+    Bytes that no longer match their digest are never shown, as get never delivers them. JSON is
+    indented when orjson can round-trip it and shown as stored otherwise: bytes without a digest
+    can be corrupt too, orjson cannot parse a lone surrogate (valid JSON text) and cannot write
+    nesting deeper than 254 levels.
+    """
+    if body is None or shape == "binary" or digest_status == "mismatch":
         return None
     text = body[:PREVIEW_BYTES].decode("utf-8", errors="replace")
     if shape == "json" and len(body) <= PREVIEW_BYTES:
-        text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
+        with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # else the stored text
+            text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
     return {"text": text, "truncated": len(body) > PREVIEW_BYTES}
 
 
@@ -88,7 +96,7 @@ def _detail_context(request: HtmxHttpRequest, project_slug: str, ref: str) -> di
         "meta_json": orjson.dumps(selectors.meta_of(artifact), option=orjson.OPT_INDENT_2).decode()
         if artifact
         else None,
-        "preview": _preview(artifact.payload_shape, view.body) if artifact else None,
+        "preview": _preview(artifact.payload_shape, view.body, view.digest_status) if artifact else None,
         "holds": ArtifactHold.objects.filter(store=store, artifact_ref=ref).select_related("placed_by", "released_by"),
         "can_hold": role in HOLDERS and artifact is not None,
         "hold_form": HoldForm(),
