@@ -81,17 +81,21 @@ def payload_out(shape: str, body: bytes) -> dict[str, str]:
 def payload_data(shape: str, body: bytes) -> Any:
     """The value a tool receives: parsed JSON, the string, or the payload envelope for bytes.
 
-    JSON text that orjson refuses but put accepted (an escaped lone surrogate) is passed on as a
-    fragment, the exact text that orjson writes verbatim into the answer: orjson could not write
-    the parsed string back.
+    JSON text that orjson cannot read or cannot write back, though put accepted it (an escaped
+    lone surrogate; nesting deeper than the 254 levels orjson writes), is passed on as a fragment:
+    the exact stored text, which orjson writes verbatim into the answer.
     """
     if shape == "json":
         try:
-            return orjson.loads(body)
+            data = orjson.loads(body)
+            orjson.dumps(data)  # microseconds for a claim check's payload; a 500 in the answer otherwise
+        except orjson.JSONEncodeError:
+            return orjson.Fragment(body)
         except orjson.JSONDecodeError:
             if is_json_text(body.decode()):
                 return orjson.Fragment(body)
             raise
+        return data
     if shape == "text":
         return body.decode("utf-8", errors="surrogatepass")
     return payload_out(shape, body)

@@ -236,6 +236,17 @@ def test_resolving_a_lone_surrogate_json_payload_hands_the_tool_the_exact_text(h
     assert response.json()["args"]["doc"] == ["\udc00", 1]
 
 
+def test_resolving_a_json_payload_nested_deeper_than_orjson_writes_hands_the_tool_the_exact_text(harness, kit):
+    """300 levels are valid JSON text that put keeps; resolve answers with it as stored, not a 500."""
+    store = harness.create_store()
+    s = kit.scope("deep-wants")
+    text = "[" * 300 + "]" * 300
+    meta, _ = store.put(s, kind="doc/json", media_type="application/json", payload={"shape": "json", "value": text})
+    response = store.resolve_raw(s, "render", {"doc": "doc/json"}, {"doc": meta["ref"]})
+    assert response.status_code == 200, response.content
+    assert b'"doc":' + text.encode() in response.content
+
+
 @pytest.mark.parametrize(
     "text",
     ['"\\ud800"', '"\\udc00"', '{"s":"a\\ud800b"}', '["\\udfff","\\ud83d\\ude00"]', '{"n":1e20,"s":"\\ud800"}'],
