@@ -2,13 +2,12 @@
 
 import base64
 import binascii
-import json
-import math
 from typing import Any
 
 import orjson
 
 from artifacts.exceptions import InvalidArtifact
+from footprint_site.lib.jsontext import is_lone_surrogate_refusal, loads_keeping_lone_surrogates
 
 SHAPES = ("text", "json", "binary")
 
@@ -42,34 +41,20 @@ def canonical_bytes(payload: Any) -> tuple[str, bytes]:
 
 
 def is_json_text(text: str) -> bool:
-    """Whether `text` is JSON text: what orjson parses, and also an escaped lone surrogate.
-
-    JSON.stringify writes a string holding a lone surrogate as the escape "\\ud800", which the JSON
-    grammar allows and orjson refuses. So orjson's refusals are judged again by the standard
-    library's parser, held to everything else orjson refuses: the NaN and Infinity literals,
-    numbers beyond a double, nesting deeper than the recursion limit, text that is not UTF-8.
-    """
+    """Whether `text` is JSON text: what orjson parses, and also an escaped lone surrogate, which
+    JSON.stringify writes and orjson refuses (footprint_site.lib.jsontext)."""
     try:
         orjson.loads(text)
-    except orjson.JSONDecodeError:
-        pass
-    else:
         return True
+    except orjson.JSONDecodeError as exc:
+        if not is_lone_surrogate_refusal(exc):
+            return False
     try:
         text.encode("utf-8")  # a raw lone surrogate (not an escape) is no UTF-8 text at all
-        json.loads(text, parse_constant=_refuse_constant, parse_int=_require_double, parse_float=_require_double)
+        loads_keeping_lone_surrogates(text)
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeEncodeError are ValueErrors
         return False
     return True
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _require_double(number: str) -> None:
-    if not math.isfinite(float(number)):
-        raise ValueError("the number is beyond a double")
 
 
 def payload_out(shape: str, body: bytes) -> dict[str, str]:

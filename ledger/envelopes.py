@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import orjson
 
+from footprint_site.lib.jsontext import is_lone_surrogate_refusal, loads_keeping_lone_surrogates
 from ledger.exceptions import BatchInvalid, BodyTooLarge, MalformedBody
 
 ENVELOPE_KEYS: Final = frozenset({"seq", "type", "payload", "meta"})
@@ -96,32 +97,16 @@ def parse_json_keeping_lone_surrogates(body: bytes) -> Any:
     try:
         return parse_json(body)
     except MalformedBody as exc:
-        if "surrogate" not in str(exc):
+        if not is_lone_surrogate_refusal(exc):
             raise
     try:
-        return json.loads(
-            body.decode("utf-8"),
-            object_pairs_hook=_unique_keys,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-        )
+        return loads_keeping_lone_surrogates(body.decode("utf-8"), object_pairs_hook=_unique_keys)
     except RecursionError:
         raise MalformedBody(f"The body nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
     except _DuplicateKey as exc:
         raise MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.") from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text[:40]} is too large: it would be read as infinity")
-    return value
 
 
 class _DuplicateKey(ValueError):
