@@ -144,7 +144,9 @@ def json_holds_nul(text: bytes) -> bool:
 
 def text_copy(value: Any) -> Any:
     """The value with U+0000 and lone surrogates replaced by U+FFFD: what text and jsonb columns,
-    pages and JSON answers can hold (a bundle's bytes keep the truth)."""
+    pages and JSON answers can hold (a bundle's bytes keep the truth). For values read by
+    `parse_json_keeping_lone_surrogates`; what orjson read holds no lone surrogate, and
+    `replace_nul` (a plain replace, on the ingestion hot path) is all it needs."""
     if isinstance(value, str):
         return UNSTORABLE_CHARACTERS.sub("\ufffd", value)
     if isinstance(value, list):
