@@ -199,6 +199,10 @@ class RunSearchChunk(models.Model):
     latency); derived data, rebuilt from the chain at will.
     """
 
+    # PostgreSQL refuses a tsvector over 1 MB, and one event may hold megabytes of distinct words:
+    # a search reads each record's first SEARCHED_CHARS characters (ledger.services.search).
+    SEARCHED_CHARS = 50_000
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
     first_position = models.IntegerField()
     last_position = models.IntegerField()

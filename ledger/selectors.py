@@ -15,7 +15,7 @@ from django.db.models.expressions import RawSQL
 from footprint_site.notify import ask_decisions
 from ledger import audit
 from ledger.exceptions import AskNotFound, RunNotFound
-from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, ToolCall
+from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, RunSearchChunk, ToolCall
 from ledger.services.tenancy import hash_secret
 
 
@@ -42,13 +42,15 @@ def decode_cursor(cursor: str | None) -> int | None:
 
 
 # Runs with a stored event matching the words: the worker's chunks (GIN index), plus the records
-# ingested since its last pass, read directly (few; the partial index finds their runs).
+# of these projects ingested since its last pass, read directly (few; the partial index finds
+# their runs), each in its first SEARCHED_CHARS characters as the worker indexes them.
 _RUNS_MATCHING_TEXT = """
     SELECT c.run_id FROM ledger_runsearchchunk c WHERE c.document @@ plainto_tsquery('simple', %s)
     UNION
     SELECT e.run_id FROM ledger_run r
     JOIN ledger_runevent e ON e.run_id = r.id AND e.position >= r.search_indexed
-    WHERE r.chain_length > r.search_indexed AND to_tsvector('simple', e.body) @@ plainto_tsquery('simple', %s)
+    WHERE r.chain_length > r.search_indexed AND r.project_id = ANY(%s)
+        AND to_tsvector('simple', left(e.body, %s)) @@ plainto_tsquery('simple', %s)
 """
 
 
@@ -104,7 +106,10 @@ def run_list(
         runs = runs.filter(Exists(open_asks))
     if f.text:
         # A constant statement; the words travel as parameters.
-        runs = runs.filter(pk__in=RawSQL(_RUNS_MATCHING_TEXT, [f.text, f.text]))  # noqa: S611
+        project_ids = [project.pk for project in projects]
+        searched = RunSearchChunk.SEARCHED_CHARS
+        matching = RawSQL(_RUNS_MATCHING_TEXT, [f.text, project_ids, searched, f.text])  # noqa: S611
+        runs = runs.filter(pk__in=matching)
     if before_id is not None:
         runs = runs.filter(id__lt=before_id)
     return list(runs.order_by("-id")[: limit + 1])

@@ -10,16 +10,25 @@ import time
 
 from django.db import connection, transaction
 
-CHUNK_RECORDS = 50  # records per indexed row: small enough that a tsvector stays far below 1 MB
+from ledger.models import RunSearchChunk
+
+CHUNK_RECORDS = 50  # records per indexed row, at most
+# Each record is indexed in its first SEARCHED_CHARS characters, and a chunk also closes once its
+# text passes that many, so no chunk's text exceeds twice as much (well below 1 MB of lexemes).
+SEARCHED_CHARS = RunSearchChunk.SEARCHED_CHARS
 RECORDS_PER_PASS = 5000  # per run and pass, so one huge run cannot starve the others
 RUNS_PER_PASS = 200
 
 _INDEX_RANGE = """
 INSERT INTO ledger_runsearchchunk (run_id, first_position, last_position, document)
-SELECT %(run)s, min(position), max(position), strip(to_tsvector('simple', string_agg(body, ' ' ORDER BY position)))
-FROM ledger_runevent
-WHERE run_id = %(run)s AND position >= %(start)s AND position < %(stop)s
-GROUP BY (position - %(start)s) / %(chunk)s
+SELECT %(run)s, min(position), max(position), strip(to_tsvector('simple', string_agg(text, ' ' ORDER BY position)))
+FROM (
+    SELECT position, left(body, %(cap)s) AS text, (position - %(start)s) / %(chunk)s AS by_count,
+        sum(least(length(body), %(cap)s)) OVER (ORDER BY position) / %(cap)s AS by_size
+    FROM ledger_runevent
+    WHERE run_id = %(run)s AND position >= %(start)s AND position < %(stop)s
+) AS records
+GROUP BY by_count, by_size
 ON CONFLICT DO NOTHING
 """
 
@@ -46,7 +55,10 @@ def search_index_pending(*, budget_seconds: float = 20.0) -> int:
 def _index_run(run_pk: int, start: int, stop: int) -> int:
     """Index records [start, stop) of one run; another pass that got there first wins."""
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_INDEX_RANGE, {"run": run_pk, "start": start, "stop": stop, "chunk": CHUNK_RECORDS})
+        cur.execute(
+            _INDEX_RANGE,
+            {"run": run_pk, "start": start, "stop": stop, "chunk": CHUNK_RECORDS, "cap": SEARCHED_CHARS},
+        )
         cur.execute(
             "UPDATE ledger_run SET search_indexed = %s WHERE id = %s AND search_indexed = %s",
             [stop, run_pk, start],

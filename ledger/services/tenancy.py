@@ -3,6 +3,7 @@ import secrets
 import string
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.validators import slug_re
 from django.db import transaction
 
 from ledger.models import AgentKey, Membership, Project
@@ -22,6 +23,14 @@ def hash_secret(secret: str) -> bytes:
 
 @transaction.atomic
 def project_get_or_create(*, slug: str, name: str = "") -> Project:
+    """The project named by `slug`, created if new. Raises ValueError for a slug the pages could
+    not put in their URLs (letters, digits, '-' and '_', at most 64)."""
+    max_length = Project._meta.get_field("slug").max_length or 64
+    if not slug_re.match(slug) or len(slug) > max_length:
+        raise ValueError(
+            f"Project slug {slug[:80]!r} must be letters, digits, '-' or '_' (at most {max_length}), "
+            "as it appears in page URLs: for example 'acme-prod'."
+        )
     project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name or slug})
     return project
 

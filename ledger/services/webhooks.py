@@ -8,6 +8,7 @@ every attempt carries the same `X-Footprint-Delivery` id for receivers to dedupl
 
 import hashlib
 import hmac
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -73,12 +74,14 @@ def webhook_deliver(*, delivery_id: int) -> None:
     started = time.monotonic()
     status_code, error = None, ""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310
+        with NO_REDIRECTS.open(request, timeout=TIMEOUT_SECONDS) as response:
             status_code = response.status
     except urllib.error.HTTPError as exc:
         status_code, error = exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        error = type(exc).__name__
+        if 300 <= exc.code < 400:
+            error += f" redirect to {exc.headers.get('Location', '?')[:200]} not followed: configure that URL"
+    except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
+        error = type(exc).__name__  # ValueError: an answer urllib cannot parse (a bad status line, say)
     delivered = status_code is not None and 200 <= status_code < 300
     WebhookAttempt.objects.filter(pk=attempt.pk).update(
         status_code=status_code, error=error, duration_ms=int((time.monotonic() - started) * 1000)
@@ -92,6 +95,17 @@ def webhook_deliver(*, delivery_id: int) -> None:
     )
     if not delivered:
         raise WebhookFailed(f"delivery {delivery_id} failed: {error or status_code}")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib follows a 301/302/303 with a GET and no body: the receiver would answer 200 to a
+    request that never carried the decision. A redirect is a failed attempt, named as such."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 
 
 def _claim(delivery_id: int) -> tuple[WebhookDelivery, WebhookAttempt] | None:

@@ -21,8 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="a label for the key")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = project_get_or_create(slug=options["project"])
         try:
+            project = project_get_or_create(slug=options["project"])
             key, secret = agent_key_create(project=project, scopes=options["scopes"], name=options["name"])
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
