@@ -255,7 +255,8 @@ def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         )
     )
     if outcome in ("refused", "superseded"):
-        reason = _str(payload, "refusalReason") or f"superseded by {_str(payload, 'supersededBy')}"
+        superseded_by = _str(payload, "supersededBy")
+        reason = _str(payload, "refusalReason") or ("superseded by " + superseded_by if superseded_by else outcome)
         p.refusal(
             e,
             "effect",

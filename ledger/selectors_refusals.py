@@ -248,8 +248,12 @@ def _tool_call_of(refusal: Refusal, run: Run) -> tuple[ToolCall | None, bool]:
 
 def _origin_of(call: ToolCall, run: Run) -> ToolCall | None:
     """The unfinished start of this call in an earlier run of the project: a resumed run reports
-    under a new runId, so its tool call has an end but no start of its own."""
-    return (
+    under a new runId, so its tool call has an end but no start of its own.
+
+    Ids like 'c1' repeat across sessions: the run's own session decides when it has one; without
+    one, a call id that several earlier runs left unfinished names no origin rather than a guess.
+    """
+    starts = (
         ToolCall.objects.with_args_and_result()
         .filter(
             run__project_id=run.project_id,
@@ -260,8 +264,28 @@ def _origin_of(call: ToolCall, run: Run) -> ToolCall | None:
         )
         .select_related("run__project")
         .order_by("-run__id")
-        .first()
     )
+    if run.session_id:
+        return starts.filter(run__session_id=run.session_id).first()
+    candidates = list(starts[:2])
+    return candidates[0] if len(candidates) == 1 else None
+
+
+PERMISSION_EVENTS = ("agentfootprint.permission.check", "agentfootprint.permission.halt")
+
+
+def _permission_steps(call: ToolCall, start_run: Run, start_seq: int, end_seq: int | None) -> Q:
+    """The permission gate of this call (spec §1.8, step 2): its payload names the tool as
+    `target`, not the call, so it is the first check (and halt) of that tool after the call's start."""
+    window = Q(run=start_run, type__in=PERMISSION_EVENTS, seq__gt=start_seq, doc__payload__target=call.tool_name)
+    if end_seq is not None:
+        window &= Q(seq__lt=end_seq)
+    first_of_each = [
+        pk
+        for type_ in PERMISSION_EVENTS
+        if (pk := RunEvent.objects.filter(window, type=type_).order_by("seq").values_list("pk", flat=True).first())
+    ]
+    return Q(pk__in=first_of_each)
 
 
 def _model_read(refusal: Refusal, payload: dict[str, Any], call: ToolCall | None) -> tuple[str | None, str | None]:
@@ -303,6 +327,11 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
         of_call = Q(run__in=runs, tool_call_id=call.tool_call_id)
         if event is not None:
             of_call |= Q(pk=event.pk)  # an inferred call: the refusing event names no call id
+        began = origin if origin is not None else call
+        if began.start_seq is not None and call.tool_name:
+            of_call |= _permission_steps(
+                call, origin_run or run, began.start_seq, None if origin is not None else call.end_seq
+            )
         # The run that began the call has the lower id, so its part of the dispatch comes first.
         steps = (
             RunEvent.objects.filter(of_call)
