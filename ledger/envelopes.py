@@ -80,9 +80,9 @@ def parse_json(body: bytes) -> Any:
         orjson.dumps(document)  # what is read must be writable back: orjson stops at MAX_DEPTH levels
         json.loads(body, object_pairs_hook=_unique_keys)
     except (orjson.JSONEncodeError, RecursionError):
-        raise MalformedBody(f"The body nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
+        raise _too_deep() from None
     except _DuplicateKey as exc:
-        raise MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.") from None
+        raise _repeated(exc) from None
     return document
 
 
@@ -100,13 +100,36 @@ def parse_json_keeping_lone_surrogates(body: bytes) -> Any:
         if not is_lone_surrogate_refusal(exc):
             raise
     try:
-        return loads_keeping_lone_surrogates(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+        document = loads_keeping_lone_surrogates(body.decode("utf-8"), object_pairs_hook=_unique_keys)
     except RecursionError:
-        raise MalformedBody(f"The body nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
+        raise _too_deep() from None
     except _DuplicateKey as exc:
-        raise MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.") from None
+        raise _repeated(exc) from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+    if _nests_deeper_than(document, MAX_DEPTH):  # orjson's write-back limit, which parse_json holds to
+        raise _too_deep()
+    return document
+
+
+def _too_deep() -> MalformedBody:
+    return MalformedBody(f"The body nests deeper than {MAX_DEPTH} levels of arrays and objects.")
+
+
+def _repeated(exc: "_DuplicateKey") -> MalformedBody:
+    return MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.")
+
+
+def _nests_deeper_than(document: Any, limit: int) -> bool:
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 class _DuplicateKey(ValueError):

@@ -145,6 +145,19 @@ def test_audit_bundle_holding_the_frameworks_own_truncated_surrogate_pair_verifi
     assert bytes(AuditBundle.objects.get().body) == body.encode()
 
 
+def test_audit_bundle_with_a_lone_surrogate_is_still_held_to_the_nesting_limit(agent_client):
+    """Reading a lone surrogate keeps parse_json's other refusals: 300 levels of nesting is a 400 naming the depth."""
+    body = load_fixture("f-audit/bundle.json")
+    body["records"][0]["payload"] = "@@SLOT@@"
+    text = json.dumps(body).replace('"@@SLOT@@"', '["\\ud83d", ' + "[" * 300 + "]" * 300 + "]")
+
+    response = _post_bundle(agent_client, text.encode())
+
+    assert response.status_code == 400, response.content[:300]
+    assert "254 levels" in response.json()["error"]
+    assert not AuditBundle.objects.exists()
+
+
 def _first_seq_absent() -> Any:
     segment = _segments()[1]
     del segment["header"]["firstSeq"]
