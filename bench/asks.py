@@ -5,7 +5,8 @@ Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production setti
 1. Decision → long-poll. For BENCH_ASKS asks per path (default 200, page and API interleaved), an
    agent opens the ask (POST /api/v1/asks), a waiter thread long-polls GET …/decision?wait=30, and
    once it has been waiting BENCH_SETTLE_MS (50) the decision is submitted: by a signed-in approver
-   through the ask page's form (as htmx posts it), or through POST /api/v1/asks/{id}/decision.
+   through the ask page's form (as htmx posts it), or through POST /api/v1/asks/{id}/decision by an
+   integration's key (scope decide).
    Latency runs from just before the decision is sent to the waiter's last byte. Baseline: the
    round-trip of GET …/decision?wait=0 on the same ask once decided, on a keep-alive connection.
 2. Inbox. BENCH_OPEN_ASKS (10,000) open asks are inserted with SQL, then the approver's GET /inbox/
@@ -140,7 +141,7 @@ def log_in() -> Client:
     return page
 
 
-def decide_once(agent: Client, page: Client, key: str, n: int, via: str) -> dict[str, float]:
+def decide_once(agent: Client, integration: Client, page: Client, key: str, n: int, via: str) -> dict[str, float]:
     """Open an ask, long-poll it, decide it; the timings of that one ask."""
     question = {"question": f"Send {n} EUR to DE89 3704 0044 0532 0130 00?", "middleware": "four-eyes"}
     pause = {"toolCallId": f"t{n}", "toolName": "transfer_funds", "ask": question}
@@ -156,7 +157,7 @@ def decide_once(agent: Client, page: Client, key: str, n: int, via: str) -> dict
         status, data, post_s = page.call("POST", f"/asks/{ask_id}/decide/", form, **{"HX-Request": "true"})
     else:
         body = orjson.dumps({"approved": True, "by": "bench-bot"})
-        status, data, post_s = agent.call("POST", f"/api/v1/asks/{ask_id}/decision", body)
+        status, data, post_s = integration.call("POST", f"/api/v1/asks/{ask_id}/decision", body)
     expect(status, data, 200, f"decide ask {ask_id} via {via}")
     waiter.join(35)
     answer = orjson.loads(expect(waiter.status, waiter.data, 200, f"long-poll of ask {ask_id}"))
@@ -222,6 +223,7 @@ def main() -> None:
     env = common.reset_database()
     key = common.manage(env, "create_agent_key", "--project", "bench", "--scopes", "ingest", "asks", "read")
     key = key.split()[-1]
+    decide_key = common.manage(env, "create_agent_key", "--project", "bench", "--scopes", "decide").split()[-1]
     create = f"from django.contrib.auth.models import User; User.objects.create_user({USER!r}, password={PASSWORD!r})"
     common.manage(env, "shell", "-c", create)  # a plain user: the inbox goes through its membership
     common.manage(env, "grant_role", "--user", USER, "--project", "bench", "--role", "approver")
@@ -229,16 +231,17 @@ def main() -> None:
     server = common.start_gunicorn(env)
     try:
         agent, page = Client(Authorization=f"Bearer {key}"), log_in()
+        integration = Client(Authorization=f"Bearer {decide_key}")
         workers = len(psutil.Process(server.pid).children())
         for n in range(WARMUP):  # lazy imports, the listener's LISTEN connection, pooled DB connections
             for via in ("page", "api"):
-                decide_once(agent, page, key, -n - 1, via)
+                decide_once(agent, integration, page, key, -n - 1, via)
         print(f"Deciding {ASKS} asks through the page and {ASKS} through the API, each long-polled…", flush=True)
         rounds: dict[str, list[dict[str, float]]] = {"page": [], "api": []}
         stolen = steal()
         for n in range(ASKS):
             for via in ("page", "api"):  # interleaved: both paths see the same machine
-                rounds[via].append(decide_once(agent, page, key, n, via))
+                rounds[via].append(decide_once(agent, integration, page, key, n, via))
         stolen = {"decisions": round(steal() - stolen, 2)}
         print(f"Inserting {OPEN_ASKS:,} open asks…", flush=True)
         with psycopg.connect(common.DATABASE_URL, autocommit=True) as db:

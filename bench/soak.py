@@ -945,7 +945,8 @@ class Sampler:
 # --- The soak -----------------------------------------------------------------------------------------
 
 
-def prepare(env: dict[str, str], hooks: Hooks) -> str:
+def prepare(env: dict[str, str], hooks: Hooks) -> tuple[str, str]:
+    """The database migrated and seeded; returns the agents' key and the reviewers' (scope decide)."""
     try:
         redis.Redis.from_url(BROKER_URL, socket_timeout=5).ping()
     except redis.RedisError as exc:
@@ -955,6 +956,7 @@ def prepare(env: dict[str, str], hooks: Hooks) -> str:
     common.manage(env, "migrate", "--no-input")
     common.manage(env, "collectstatic", "--no-input")
     key = common.manage(env, "create_agent_key", "--project", "soak", "--scopes", "ingest", "artifacts", "asks", "read")
+    decide_key = common.manage(env, "create_agent_key", "--project", "soak", "--scopes", "decide")
     create = f"from django.contrib.auth.models import User; User.objects.create_user({USER!r}, password={PASSWORD!r})"
     common.manage(env, "shell", "-c", create)
     common.manage(env, "grant_role", "--user", USER, "--project", "soak", "--role", "approver")
@@ -966,13 +968,15 @@ def prepare(env: dict[str, str], hooks: Hooks) -> str:
         check=True,
         capture_output=True,
     )
-    return key.split()[-1]
+    return key.split()[-1], decide_key.split()[-1]
 
 
-def run_load(stack: Stack, key: str, rec: Recorder, expected: Expected, sampler: Sampler) -> dict[str, Any]:
+def run_load(
+    stack: Stack, key: str, decide_key: str, rec: Recorder, expected: Expected, sampler: Sampler
+) -> dict[str, Any]:
     tag = f"soak-{int(time.time())}"
     stop = threading.Event()
-    reviewer = Reviewer(stack.port, key, rec, expected)
+    reviewer = Reviewer(stack.port, decide_key, rec, expected)
     reviewer.log_in()
     threads = [
         Paced(
@@ -1528,7 +1532,7 @@ def main() -> int:
     env, hooks, rec, expected, checks = server_environment(), Hooks(), Recorder(), Expected(), Checks()
     stack, sampler = Stack(env), None
     try:
-        key = prepare(env, hooks)
+        key, decide_key = prepare(env, hooks)
         stack.start()
         print(
             f"Serving on 127.0.0.1:{stack.port}: gunicorn ({WEB_WORKERS} workers x {WEB_THREADS} threads), Celery "
@@ -1536,7 +1540,7 @@ def main() -> int:
             flush=True,
         )
         sampler = Sampler(stack, foreign)
-        load = run_load(stack, key, rec, expected, sampler)
+        load = run_load(stack, key, decide_key, rec, expected, sampler)
         checks.add(not load["dead"], f"server: {'; '.join(load['dead']) or 'every process up from start to end'}")
         figures = {} if load["dead"] else reconcile(stack.port, key, expected, hooks, load["ended_ms"], checks)
     except KeyboardInterrupt:

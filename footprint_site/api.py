@@ -8,6 +8,7 @@ from ninja.errors import AuthenticationError, ValidationError
 from footprint_site.auth import AuthThrottled, ScopeMissing
 from footprint_site.responses import json_response
 from ledger.exceptions import LedgerError
+from ledger.models import AgentKey
 
 api = NinjaAPI(
     title="Footprint ledger",
@@ -55,10 +56,13 @@ def too_many_failures(request: HttpRequest, exc: AuthThrottled) -> HttpResponse:
 
 @api.exception_handler(ScopeMissing)
 def scope_missing(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
-    return json_response(
-        {"error": f"This agent key lacks the '{exc.scope}' scope this operation needs.", "code": "ERR_SCOPE"},
-        status=403,
-    )
+    message = f"This agent key lacks the '{exc.scope}' scope this operation needs."
+    if exc.scope == AgentKey.Scope.DECIDE:
+        message += (
+            " Agents do not decide their own asks: people decide at /inbox/, integrations with a key of"
+            " their own (manage.py create_agent_key --project <slug> --scopes decide)."
+        )
+    return json_response({"error": message, "code": "ERR_SCOPE"}, status=403)
 
 
 @api.exception_handler(ValidationError)

@@ -290,9 +290,12 @@ def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> Htt
     return json_response({"status": "decided", "decision": decision})
 
 
-@router.post("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
+@router.post("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("decide"))
 def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
-    """Decide from an integration (a chat bot, a ticket system): `by` names it. 409 once decided."""
+    """Decide from an integration (a chat bot, a ticket system) whose key has scope `decide`.
+
+    `by` names who decided. 409 once decided; 403 for the key that opened the ask.
+    """
     document = parse_json(body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES))
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
     if not isinstance(document, dict) or not isinstance(document.get("by"), str) or not document["by"].strip():

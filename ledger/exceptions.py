@@ -76,6 +76,13 @@ class AskAlreadyDecided(LedgerError):
     code = "ERR_ALREADY_DECIDED"
 
 
+class AskOwnDecision(LedgerError):
+    """The key that opened an ask may not decide it: the run would be approving itself."""
+
+    status = 403
+    code = "ERR_OWN_ASK"
+
+
 class RefusalNotFound(LedgerError):
     """No such refusal, or it belongs to a project the user is not a member of."""
 

@@ -36,6 +36,9 @@ class AgentKey(models.Model):
         ARTIFACTS = "artifacts"
         ASKS = "asks"
         READ = "read"
+        # Deciding asks over the API, for an integration (a chat bot, a ticket system). Never part
+        # of an agent's default scopes: an agent holding it could approve its own tool calls.
+        DECIDE = "decide"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agent_keys")
     name = models.CharField(max_length=200, blank=True)
@@ -47,6 +50,10 @@ class AgentKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.project.slug})"
+
+
+# What `create_agent_key` gives a key when no scopes are named: everything an agent does.
+AGENT_SCOPES = [scope for scope in AgentKey.Scope.values if scope != AgentKey.Scope.DECIDE]
 
 
 class Membership(models.Model):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ledger.models import AgentKey, Membership, Project
+from ledger.models import AGENT_SCOPES, AgentKey, Membership, Project
 from ledger.services import agent_key_create, membership_grant, project_get_or_create
 
 DATA = Path(__file__).parent / "data"
@@ -79,13 +79,19 @@ def _key(project: Project, scopes: list[str]) -> str:
 
 @pytest.fixture
 def agent_client(project: Project) -> ApiClient:
-    """An agent of `project` whose key carries every scope."""
-    return ApiClient(_key(project, list(AgentKey.Scope.values)))
+    """An agent of `project` whose key carries every agent scope (all but `decide`)."""
+    return ApiClient(_key(project, AGENT_SCOPES))
 
 
 @pytest.fixture
 def other_agent_client(other_project: Project) -> ApiClient:
-    return ApiClient(_key(other_project, list(AgentKey.Scope.values)))
+    return ApiClient(_key(other_project, AGENT_SCOPES))
+
+
+@pytest.fixture
+def integration_client(project: Project) -> ApiClient:
+    """An integration of `project` (a chat bot) that decides asks over the API."""
+    return ApiClient(_key(project, [AgentKey.Scope.DECIDE]))
 
 
 @pytest.fixture

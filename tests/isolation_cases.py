@@ -336,8 +336,9 @@ def _target(project: Project, run_id: str, ask_id: int, ref: str) -> Target:
 def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) -> World:
     """Callers: "anonymous", "bogus key", "acme" and "globex" (keys with every scope; globex's
     posted its ask's checkpoint), "globex revoked" (every scope, revoked before any use, so no
-    cache knows it), "globex without <scope>" for each scope, and signed-in sessions: "outsider"
-    (admin of acme only) and globex's "auditor", "approver" and "admin"."""
+    cache knows it), "globex integration" (scope decide only), "globex without <scope>" for each
+    scope, and signed-in sessions: "outsider" (admin of acme only) and globex's "auditor",
+    "approver" and "admin"."""
     user = get_user_model()
     people = {
         "outsider": person(user, "acme-admin", acme, Membership.Role.ADMIN),
@@ -352,6 +353,7 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
         "acme": Caller(key=acme_key),
         "globex": Caller(key=globex_key),
         "globex revoked": Caller(key=revoked_secret),
+        "globex integration": Caller(key=agent_key_create(project=globex, scopes=[AgentKey.Scope.DECIDE])[1]),
         **{
             f"globex without {scope}": Caller(
                 key=agent_key_create(project=globex, scopes=[s for s in every_scope if s != scope])[1]

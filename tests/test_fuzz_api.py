@@ -27,7 +27,7 @@ from schemathesis.schemas import BaseSchema
 from artifacts.scopes import scope_header
 from footprint_site.wsgi import application
 from ledger import selectors
-from ledger.models import AgentKey
+from ledger.models import AGENT_SCOPES, AgentKey
 from ledger.services import agent_key_create, project_get_or_create
 from tests.conftest import DATA, ApiClient, fixture_events, load_fixture
 
@@ -100,9 +100,11 @@ def seed(transactional_db: None) -> Seed:
     for name in ("a-run-recording/events.json", "e-tool-effects/events.json"):
         run_ids += [receipt["runId"] for receipt in _ok(client.ingest(fixture_events(name)))["runs"]]
     ask_ids = []
+    # Another key opens the asks: the key that opens an ask may not decide it.
+    agent = ApiClient(agent_key_create(project=project, scopes=AGENT_SCOPES)[1])
     for tool_call_id in ("t3", "t4"):
         body = {"runId": run_ids[0], "pauseData": {**copy.deepcopy(B_PAUSE), "toolCallId": tool_call_id}}
-        ask_ids.append(_ok(client.post_json("/api/v1/asks", {**body, "checkpoint": {"step": 3}}), 201)["ask"]["id"])
+        ask_ids.append(_ok(agent.post_json("/api/v1/asks", {**body, "checkpoint": {"step": 3}}), 201)["ask"]["id"])
     _ok(client.post_json(f"/api/v1/asks/{ask_ids[1]}/decision", {"approved": True, "by": "fuzz"}))
     bundle = (DATA / "f-audit/bundle.json").read_bytes()
     _ok(client.post("/api/v1/audit-bundles", bundle, content_type="application/json"), 201)

@@ -402,9 +402,11 @@ SLOTTED = [name for name, target in TARGETS.items() if target.slotted]
 
 @dataclass
 class World:
-    """An agent with every scope, an open ask, and a live artifact in AF_SCOPE."""
+    """An agent with every agent scope, an integration that decides asks, the agent's open ask, and a
+    live artifact in AF_SCOPE."""
 
     agent: ApiClient
+    integration: ApiClient
     ask_id: int
     ref: str
 
@@ -412,7 +414,8 @@ class World:
         target = TARGETS[name]
         if target.scoped:
             headers.setdefault("AF-Scope", AF_SCOPE)
-        return send(self.agent, "POST", target.path.replace("{ask}", str(self.ask_id)), body, content_type, **headers)
+        caller = self.integration if name == "ask-decision" else self.agent
+        return send(caller, "POST", target.path.replace("{ask}", str(self.ask_id)), body, content_type, **headers)
 
     def post_slotted(self, name: str, hostile: bytes) -> Any:
         slotted = TARGETS[name].slotted
@@ -429,11 +432,12 @@ def put_artifact(project: Any) -> str:
 
 
 @pytest.fixture
-def world(agent_client: ApiClient, project: Any) -> World:
-    agent_client.handler = shared_handler()
+def world(agent_client: ApiClient, integration_client: ApiClient, project: Any) -> World:
+    agent_client.handler = integration_client.handler = shared_handler()
     opened = agent_client.post_json("/api/v1/asks", plain_ask())
     assert opened.status_code == 201, opened.content
-    return World(agent=agent_client, ask_id=opened.json()["ask"]["id"], ref=put_artifact(project))
+    ask_id = opened.json()["ask"]["id"]
+    return World(agent=agent_client, integration=integration_client, ask_id=ask_id, ref=put_artifact(project))
 
 
 def django_user(client: Client) -> Any:
@@ -946,7 +950,7 @@ def test_a_malformed_api_decision_is_422_naming_the_field(world):
 def test_a_decision_for_an_impossible_ask_id_is_404_or_422(world):
     def check(ask_id: str) -> None:
         with writes_nothing():
-            response = send(world.agent, "POST", f"/api/v1/asks/{ask_id}/decision", dumps({"by": "ops"}))
+            response = send(world.integration, "POST", f"/api/v1/asks/{ask_id}/decision", dumps({"by": "ops"}))
         answer = refused(response, (404, 422), None)
         assert answer["code"] in ("ERR_ASK_NOT_FOUND", "ERR_INVALID_PARAMETERS"), answer
 

@@ -161,6 +161,7 @@ class ApiCase:
     control: int  # what globex's own key gets (asked last: it may write)
     shows: str | None = None  # what globex's own key must find in the answer
     prepare: Callable[[World], None] | None = None
+    rightful: str = "globex"  # the caller that gets `control`
 
 
 def _globex_posts(path: str, body: bytes, status: int) -> Callable[[World], None]:
@@ -281,11 +282,12 @@ API_OPERATIONS: dict[str, ApiCase] = {
         shows='"open"',
     ),
     "POST /api/v1/asks/{ask_id}/decision": ApiCase(
-        scope="asks",
+        scope="decide",
         call=lambda t: json_call("POST", f"/api/v1/asks/{t.ask_id}/decision", DECISION),
         foreign=SameAsUnknown(404),
         control=200,
         shows='"decided"',
+        rightful="globex integration",  # globex's key opened the ask: it may not decide it
     ),
     "POST /api/v1/audit-bundles": ApiCase(
         scope="ingest",
@@ -687,10 +689,10 @@ def test_api_operation_isolation(world: World, operation: str) -> None:
         findings.check(not wrote, f"acme's key changed globex's rows: {wrote}")
     findings.assert_none(f"{operation} answered callers it should have refused")
 
-    response = send(world.callers["globex"], call)
-    assert response.status_code == case.control, f"globex's own key: {_show(response)}"
+    response = send(world.callers[case.rightful], call)
+    assert response.status_code == case.control, f"{case.rightful}: {_show(response)}"
     if case.shows:
-        assert case.shows in response.content.decode(), f"globex's own key does not see {case.shows!r}"
+        assert case.shows in response.content.decode(), f"{case.rightful} does not see {case.shows!r}"
 
 
 @pytest.mark.parametrize("page", list(PAGES))

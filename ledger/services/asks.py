@@ -23,7 +23,7 @@ from ledger.envelopes import (
     json_holds_nul,
     replace_nul,
 )
-from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
+from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskOwnDecision
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event, run_lock
 
@@ -314,6 +314,11 @@ def ask_decide(
     target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
         raise AskNotFound("No such ask.")
+    if key is not None and target.posted_by_key_id == key.pk:
+        raise AskOwnDecision(
+            "This key opened the ask, so it cannot decide it: a person decides at /inbox/, or an "
+            "integration with its own key (scope 'decide')."
+        )
     _check_decision(target.kind, by_label, note, value)
     # The run's lock before the ask's row, in ingestion's order (it closes asks the run reports).
     run_lock(project=target.project, run_id=target.run_id)

@@ -305,36 +305,67 @@ def test_asks_without_asks_scope_are_403(agent_client: ApiClient, ingest_only_cl
 
     for method, path, body in _operations(ask_id):
         body_out = _error(_call(ingest_only_client, method, path, body), 403, "ERR_SCOPE")
-        assert "'asks'" in body_out["error"]
+        assert ("'decide'" if (method, path) == ("post", f"{ASKS}/{ask_id}/decision") else "'asks'") in body_out[
+            "error"
+        ]
     assert Ask.objects.count() == 1
     assert Ask.objects.get().status == Ask.Status.OPEN
 
 
-def test_asks_of_another_project_are_404(agent_client: ApiClient, other_agent_client: ApiClient) -> None:
+def test_asks_of_another_project_are_404(
+    agent_client: ApiClient, other_agent_client: ApiClient, other_project: Project
+) -> None:
     ask_id = _open(agent_client)["id"]
 
     _error(other_agent_client.get(f"{ASKS}/{ask_id}"), 404, "ERR_ASK_NOT_FOUND")
     _error(other_agent_client.get(f"{ASKS}/{ask_id}/decision"), 404, "ERR_ASK_NOT_FOUND")
-    _error(_decide(other_agent_client, ask_id, approved=True, by="intruder"), 404, "ERR_ASK_NOT_FOUND")
+    other_integration = _sibling(other_project, [AgentKey.Scope.DECIDE])
+    _error(_decide(other_integration, ask_id, approved=True, by="intruder"), 404, "ERR_ASK_NOT_FOUND")
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
     # the same run and tool call in the other project is that project's own ask
     theirs = _open(other_agent_client)
     assert theirs["id"] != ask_id
 
 
-def test_asks_unknown_id_is_404(agent_client: ApiClient) -> None:
+def test_asks_unknown_id_is_404(integration_client: ApiClient, agent_client: ApiClient) -> None:
     _error(agent_client.get(f"{ASKS}/999999"), 404, "ERR_ASK_NOT_FOUND")
     _error(agent_client.get(f"{ASKS}/999999/decision?wait=5"), 404, "ERR_ASK_NOT_FOUND")
-    _error(_decide(agent_client, 999999, approved=True, by="x"), 404, "ERR_ASK_NOT_FOUND")
+    _error(_decide(integration_client, 999999, approved=True, by="x"), 404, "ERR_ASK_NOT_FOUND")
 
 
 # Deciding
 
 
-def test_decide_answers_200_with_the_decision(agent_client: ApiClient) -> None:
+def test_an_agent_key_cannot_decide_an_ask(agent_client: ApiClient) -> None:
+    """Deciding is scope `decide`, which agent keys do not get: a run must not approve its own tool call."""
     ask_id = _open(agent_client)["id"]
 
-    response = _decide(agent_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
+    body = _error(_decide(agent_client, ask_id, approved=True, by="me"), 403, "ERR_SCOPE")
+
+    assert "'decide'" in body["error"]
+    assert "/inbox/" in body["error"]
+    assert "--scopes decide" in body["error"]
+    assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
+
+
+def test_the_key_that_opened_an_ask_cannot_decide_it_even_with_scope_decide(project: Project) -> None:
+    both = _sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
+    ask_id = _open(both)["id"]
+    events_before = RunEvent.objects.count()
+
+    body = _error(_decide(both, ask_id, approved=True, by="me"), 403, "ERR_OWN_ASK")
+
+    assert "opened the ask" in body["error"]
+    assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
+    assert RunEvent.objects.count() == events_before
+    # another key of the project, an integration's, may
+    assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask_id, approved=True, by="bot").status_code == 200
+
+
+def test_decide_answers_200_with_the_decision(integration_client: ApiClient, agent_client: ApiClient) -> None:
+    ask_id = _open(agent_client)["id"]
+
+    response = _decide(integration_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
 
     assert response.status_code == 200, response.content
     body = response.json()
@@ -348,14 +379,14 @@ def test_decide_answers_200_with_the_decision(agent_client: ApiClient) -> None:
     assert agent_client.get(f"{ASKS}/{ask_id}/decision").json() == {"status": "decided", "decision": decision}
 
 
-def test_decide_shape_is_a_framework_check_in_decision(agent_client: ApiClient) -> None:
+def test_decide_shape_is_a_framework_check_in_decision(integration_client: ApiClient, agent_client: ApiClient) -> None:
     # what the framework itself resumed the b run with (pause.resume's resumeInput)
     resume = load_fixture("b-middleware/resume-declined.json")
     (framework,) = [e["payload"]["resumeInput"] for e in resume["pauseEvents"] if e["type"].endswith("pause.resume")]
     ask_id = _open(agent_client)["id"]
     before_ms = time.time() * 1000
 
-    _decide(agent_client, ask_id, approved=False, by="omar@treasury", note="no PO on file")
+    _decide(integration_client, ask_id, approved=False, by="omar@treasury", note="no PO on file")
     decision = agent_client.get(f"{ASKS}/{ask_id}/decision").json()["decision"]
 
     # isCheckInDecision(x): boolean approved and string by
@@ -368,21 +399,21 @@ def test_decide_shape_is_a_framework_check_in_decision(agent_client: ApiClient) 
     assert {k: type(v) for k, v in decision.items()} == {k: type(v) for k, v in framework.items()}
 
 
-def test_decide_with_a_value(agent_client: ApiClient) -> None:
+def test_decide_with_a_value(integration_client: ApiClient, agent_client: ApiClient) -> None:
     ask_id = _open(agent_client)["id"]
     value = {"kind": "payee", "value": "ACC-900"}
 
-    decision = _decide(agent_client, ask_id, approved=True, by="bot", value=value).json()["decision"]
+    decision = _decide(integration_client, ask_id, approved=True, by="bot", value=value).json()["decision"]
 
     assert decision["value"] == value
     assert "answer" not in decision
     assert "note" not in decision
 
 
-def test_decide_plain_ask_answer(agent_client: ApiClient) -> None:
+def test_decide_plain_ask_answer(integration_client: ApiClient, agent_client: ApiClient) -> None:
     ask_id = _open(agent_client, _plain_body())["id"]
 
-    response = _decide(agent_client, ask_id, by="bot", value={"region": "eu-west-1"})
+    response = _decide(integration_client, ask_id, by="bot", value={"region": "eu-west-1"})
 
     assert response.status_code == 200, response.content
     decision = response.json()["decision"]
@@ -402,16 +433,20 @@ def test_decide_plain_ask_answer(agent_client: ApiClient) -> None:
         {"approved": True, "by": "bot", "note": 5},
     ],
 )
-def test_decide_invalid_body_is_422(agent_client: ApiClient, body: dict[str, Any]) -> None:
+def test_decide_invalid_body_is_422(
+    integration_client: ApiClient, agent_client: ApiClient, body: dict[str, Any]
+) -> None:
     ask_id = _open(agent_client)["id"]
 
-    _error(agent_client.post_json(f"{ASKS}/{ask_id}/decision", body), 422, "ERR_INVALID_ASK")
+    _error(integration_client.post_json(f"{ASKS}/{ask_id}/decision", body), 422, "ERR_INVALID_ASK")
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
 
 
-def test_decide_second_time_is_409_naming_who_and_when(agent_client: ApiClient, project: Project) -> None:
+def test_decide_second_time_is_409_naming_who_and_when(
+    integration_client: ApiClient, agent_client: ApiClient, project: Project
+) -> None:
     ask_id = _open(agent_client)["id"]
-    first = _decide(agent_client, ask_id, approved=True, by="dana@treasury", note="SC-88").json()["decision"]
+    first = _decide(integration_client, ask_id, approved=True, by="dana@treasury", note="SC-88").json()["decision"]
 
     second = _decide(_sibling(project), ask_id, approved=False, by="mallory")
 
@@ -425,12 +460,12 @@ def test_decide_second_time_is_409_naming_who_and_when(agent_client: ApiClient, 
     assert RunEvent.objects.filter(type="ledger.human_decision").count() == 1
 
 
-def test_decide_records_the_decision_in_the_run_chain(agent_client: ApiClient) -> None:
+def test_decide_records_the_decision_in_the_run_chain(integration_client: ApiClient, agent_client: ApiClient) -> None:
     events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
     assert agent_client.ingest(events).status_code == 200
     ask_id = _open(agent_client, status=200)["id"]
 
-    _decide(agent_client, ask_id, approved=True, by="dana@treasury")
+    _decide(integration_client, ask_id, approved=True, by="dana@treasury")
 
     verdict = agent_client.get(f"/api/v1/runs/{B_RUN}/verify").json()
     assert verdict["valid"] is True
@@ -447,9 +482,9 @@ def test_decision_of_an_open_ask_without_wait_is_open(agent_client: ApiClient) -
     assert agent_client.get(f"{ASKS}/{ask_id}/decision?wait=-3").json() == {"status": "open"}
 
 
-def test_decision_wait_on_a_decided_ask_answers_at_once(agent_client: ApiClient) -> None:
+def test_decision_wait_on_a_decided_ask_answers_at_once(integration_client: ApiClient, agent_client: ApiClient) -> None:
     ask_id = _open(agent_client)["id"]
-    decision = _decide(agent_client, ask_id, approved=True, by="dana").json()["decision"]
+    decision = _decide(integration_client, ask_id, approved=True, by="dana").json()["decision"]
 
     started = time.monotonic()
     response = agent_client.get(f"{ASKS}/{ask_id}/decision?wait=30")
@@ -472,7 +507,7 @@ def test_decision_wait_on_an_open_ask_answers_open_after_the_wait(agent_client: 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_decision_long_poll_returns_as_soon_as_decided(agent_client: ApiClient) -> None:
+def test_decision_long_poll_returns_as_soon_as_decided(integration_client: ApiClient, agent_client: ApiClient) -> None:
     ask_id = _open(agent_client)["id"]
     waiter = ApiClient(_secret_of(agent_client))
     outcome: dict[str, Any] = {}
@@ -490,7 +525,7 @@ def test_decision_long_poll_returns_as_soon_as_decided(agent_client: ApiClient) 
     thread = threading.Thread(target=wait)
     thread.start()
     time.sleep(0.5)
-    decided = _decide(agent_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
+    decided = _decide(integration_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
     thread.join(20)
 
     assert not thread.is_alive()
@@ -501,7 +536,7 @@ def test_decision_long_poll_returns_as_soon_as_decided(agent_client: ApiClient) 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_decision_long_poll_wakes_every_waiter(agent_client: ApiClient) -> None:
+def test_decision_long_poll_wakes_every_waiter(integration_client: ApiClient, agent_client: ApiClient) -> None:
     ask_id = _open(agent_client)["id"]
     bodies: list[Any] = []
 
@@ -515,7 +550,7 @@ def test_decision_long_poll_wakes_every_waiter(agent_client: ApiClient) -> None:
     for thread in threads:
         thread.start()
     time.sleep(0.5)
-    decision = _decide(agent_client, ask_id, approved=True, by="dana").json()["decision"]
+    decision = _decide(integration_client, ask_id, approved=True, by="dana").json()["decision"]
     for thread in threads:
         thread.join(20)
 
@@ -527,9 +562,9 @@ def test_decision_long_poll_wakes_every_waiter(agent_client: ApiClient) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_decide_fifty_at_once_exactly_one_wins(agent_client: ApiClient) -> None:
+def test_decide_fifty_at_once_exactly_one_wins(agent_client: ApiClient, integration_client: ApiClient) -> None:
     ask_id = _open(agent_client)["id"]
-    secret = _secret_of(agent_client)
+    secret = _secret_of(integration_client)
     contenders = 50
     barrier = threading.Barrier(contenders)
     results: list[tuple[int, dict[str, Any]]] = []

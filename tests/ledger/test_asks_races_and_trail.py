@@ -95,11 +95,13 @@ def _wait_until_blocked(raw: psycopg.Connection[Any], count: int, timeout: float
 # --- bad decision bodies ------------------------------------------------------------------------
 
 
-def test_api_decision_with_an_unknown_field_is_422_and_decides_nothing(agent_client: ApiClient) -> None:
+def test_api_decision_with_an_unknown_field_is_422_and_decides_nothing(
+    integration_client: ApiClient, agent_client: ApiClient
+) -> None:
     """A decision body field the API does not know (here the spec's `{answer}`) is refused, not dropped."""
     ask_id = _open_plain(agent_client)
 
-    response = agent_client.post_json(f"{ASKS}/{ask_id}/decision", {"by": "bot", "answer": "eu-west-1"})
+    response = integration_client.post_json(f"{ASKS}/{ask_id}/decision", {"by": "bot", "answer": "eu-west-1"})
 
     assert response.status_code == 422, (response.status_code, response.content)
     assert "answer" in response.json()["error"]
@@ -109,11 +111,15 @@ def test_api_decision_with_an_unknown_field_is_422_and_decides_nothing(agent_cli
 
 
 @pytest.mark.parametrize("value", ["yes", 42, ["ACC-900"], {"value": "ACC-900"}, {"kind": 7, "value": "ACC-900"}])
-def test_api_decision_value_of_a_consent_gate_must_be_a_decision_value(agent_client: ApiClient, value: Any) -> None:
+def test_api_decision_value_of_a_consent_gate_must_be_a_decision_value(
+    integration_client: ApiClient, agent_client: ApiClient, value: Any
+) -> None:
     """A check-in / middleware-ask decision's `value` is a DecisionValue {kind: string, value, …} (spec §2.7)."""
     ask_id = _open_b(agent_client)
 
-    response = agent_client.post_json(f"{ASKS}/{ask_id}/decision", {"approved": True, "by": "bot", "value": value})
+    response = integration_client.post_json(
+        f"{ASKS}/{ask_id}/decision", {"approved": True, "by": "bot", "value": value}
+    )
 
     assert response.status_code == 422, (response.status_code, response.content)
     assert "value" in response.json()["error"]
@@ -127,10 +133,11 @@ def test_api_decision_value_of_a_consent_gate_must_be_a_decision_value(agent_cli
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("decider", ["api", "page", "deadline-pass"])
 def test_decision_racing_a_reported_resume_never_fails(
-    agent_client: ApiClient, project: Project, django_user_model: Any, decider: str
+    agent_client: ApiClient, integration_client: ApiClient, project: Project, django_user_model: Any, decider: str
 ) -> None:
     """A decision (API, page or deadline) and the resumed run's `checkin.decision` arriving together: none errors."""
     secret = _secret_of(agent_client)
+    integration_secret = _secret_of(integration_client)
     approver = person(django_user_model, "bob", project, Membership.Role.APPROVER)
     run, resumed = "run-a", "run-z"  # ingestion locks its runs in sorted order: run-a, then run-z
     turn = "agentfootprint.agent.turn_start"
@@ -145,7 +152,9 @@ def test_decision_racing_a_reported_resume_never_fails(
 
     def decide_it() -> Any:
         if decider == "api":
-            return ApiClient(secret).post_json(f"{ASKS}/{ask_id}/decision", {"approved": False, "by": "dana"})
+            return ApiClient(integration_secret).post_json(
+                f"{ASKS}/{ask_id}/decision", {"approved": False, "by": "dana"}
+            )
         if decider == "page":
             client = Client()
             client.force_login(approver)
@@ -214,7 +223,7 @@ def test_decision_long_poll_wakes_at_once_when_the_run_reports_the_decision(agen
 
 def test_api_decision_records_the_key_that_made_it(agent_client: ApiClient, project: Project) -> None:
     """An API decision keeps the authenticated key beside the free-text `by` (spec §9.3), in the ask and the chain."""
-    key, secret = agent_key_create(project=project, scopes=["asks"])
+    key, secret = agent_key_create(project=project, scopes=["decide"])
     ask_id = _open_b(agent_client)
 
     response = ApiClient(secret).post_json(f"{ASKS}/{ask_id}/decision", {"approved": True, "by": "bob"})
@@ -304,11 +313,13 @@ def test_ingested_pause_request_racing_the_agents_open_ask_is_stored_not_5xx(
     assert RunEvent.objects.filter(type="agentfootprint.pause.request").count() == 1
 
 
-def test_api_answer_longer_than_the_pages_cap_is_422_and_decides_nothing(agent_client: ApiClient) -> None:
+def test_api_answer_longer_than_the_pages_cap_is_422_and_decides_nothing(
+    integration_client: ApiClient, agent_client: ApiClient
+) -> None:
     """The API holds a plain ask's answer to the page form's 100,000-character cap, as it holds `note` to 2,000."""
     ask_id = _open_plain(agent_client)
 
-    response = agent_client.post_json(f"{ASKS}/{ask_id}/decision", {"by": "bot", "value": "v" * 2_000_000})
+    response = integration_client.post_json(f"{ASKS}/{ask_id}/decision", {"by": "bot", "value": "v" * 2_000_000})
 
     assert response.status_code in (413, 422), (response.status_code, response.content[:200])
     assert "value" in response.json()["error"]
@@ -320,13 +331,13 @@ def test_api_answer_longer_than_the_pages_cap_is_422_and_decides_nothing(agent_c
 
 @pytest.mark.django_db(transaction=True)
 def test_page_double_submit_api_and_deadline_pass_at_once_decide_exactly_once(
-    agent_client: ApiClient, project: Project, django_user_model: Any
+    agent_client: ApiClient, integration_client: ApiClient, project: Project, django_user_model: Any
 ) -> None:
     """Two submits of one person's form, an API decision and the deadline pass race: one decision, one chain event."""
     approver = person(django_user_model, "bob", project, Membership.Role.APPROVER)
     ask_id = _open_b(agent_client)
     Ask.objects.filter(pk=ask_id).update(deadline=timezone.now() - timedelta(seconds=1), on_timeout="approve")
-    secret = _secret_of(agent_client)
+    secret = _secret_of(integration_client)
     barrier = threading.Barrier(4)
     out: dict[str, Any] = {}
 

@@ -78,13 +78,18 @@ def test_create_agent_key_stores_only_the_hash() -> None:
     assert secret.encode().hex() not in row  # nor its bytes in a bytea column
 
 
-def test_create_agent_key_defaults_to_every_scope_and_reuses_project(project: Project) -> None:
+def test_create_agent_key_defaults_to_every_agent_scope_and_reuses_project(project: Project) -> None:
     _call("create_agent_key", "--project", "acme", "--name", "ci")
     key = AgentKey.objects.get()
     assert key.project == project
     assert key.name == "ci"
-    assert key.scopes == sorted(AgentKey.Scope.values)
+    assert key.scopes == ["artifacts", "asks", "ingest", "read"]  # not `decide`: an agent never approves itself
     assert Project.objects.count() == 1
+
+
+def test_create_agent_key_for_an_integration_that_decides_asks(project: Project) -> None:
+    _call("create_agent_key", "--project", "acme", "--scopes", "decide", "--name", "slack")
+    assert AgentKey.objects.get().scopes == ["decide"]
 
 
 def test_create_agent_key_each_call_mints_a_new_key() -> None:

@@ -104,12 +104,13 @@ def test_decision_killed_mid_write_answers_503_and_leaves_the_ask_open(project):
     assert opened.status_code == 201, opened.content
     ask_id = opened.json()["ask"]["id"]
     decision = {"approved": True, "by": "slack:omar"}
+    integration = agent_key_create(project=project, scopes=["decide"])[1]
 
-    response = _killed_mid_write(lambda: ApiClient(secret).post_json(f"/api/v1/asks/{ask_id}/decision", decision))
+    response = _killed_mid_write(lambda: ApiClient(integration).post_json(f"/api/v1/asks/{ask_id}/decision", decision))
     _assert_database_unavailable(response)
 
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN  # rolled back with the ledger event
-    retried = agent.post_json(f"/api/v1/asks/{ask_id}/decision", decision)
+    retried = ApiClient(integration).post_json(f"/api/v1/asks/{ask_id}/decision", decision)
     assert retried.status_code == 200, retried.content
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.DECIDED
     assert run_chain_verify(run=Run.objects.get(run_id=RUN_ID)).valid

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.models import AgentKey
+from ledger.models import AGENT_SCOPES, AgentKey
 from ledger.services import agent_key_create, project_get_or_create
 
 
@@ -14,9 +14,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scopes",
             nargs="+",
-            default=list(AgentKey.Scope.values),
+            default=AGENT_SCOPES,
             choices=AgentKey.Scope.values,
-            help="default: all scopes",
+            help=f"default: {' '.join(AGENT_SCOPES)}; 'decide' (deciding asks over the API) is for integrations",
         )
         parser.add_argument("--name", default="", help="a label for the key")
 

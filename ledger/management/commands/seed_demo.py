@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from ledger.envelopes import check_events
-from ledger.models import AgentKey, Membership
+from ledger.models import AGENT_SCOPES, Membership
 from ledger.selectors import agent_key_get_by_secret
 from ledger.services import (
     agent_key_create,
@@ -51,7 +51,7 @@ class Command(BaseCommand):
             key_file.unlink()  # the database was reset: mint a new key
         key = _remembered(
             key_file,
-            lambda: agent_key_create(project=project, scopes=list(AgentKey.Scope.values), name="demo")[1],
+            lambda: agent_key_create(project=project, scopes=AGENT_SCOPES, name="demo")[1],
         )
 
         for name in ("middleware-events.json", "tool-effects-events.json"):
