@@ -14,7 +14,12 @@ api = NinjaAPI(
     title="Footprint ledger",
     version="1",
     urls_namespace="api",
-    description="Evidence of agentfootprint runs: typed events, recordings, asks and artifacts.",
+    description=(
+        "Evidence of agentfootprint runs: typed events, recordings, asks and artifacts. Every operation "
+        "takes an agent key, `Authorization: Bearer afk_…`, carrying the scope its security scheme names "
+        "(`ingest`, `artifacts`, `asks`, `read`; `decide` for integrations that decide asks). Errors are "
+        "`{error, code}`: a sentence and a stable code."
+    ),
 )
 api.add_router("/", "ledger.api.router")
 api.add_router("/artifacts", "artifacts.api.router")

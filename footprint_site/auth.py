@@ -1,5 +1,6 @@
 """Agent keys on the API: `Authorization: Bearer <key>`, never a session cookie (so no CSRF)."""
 
+import functools
 import threading
 import time
 from collections import defaultdict, deque
@@ -25,8 +26,9 @@ class AuthThrottled(Exception):
         self.retry_after = retry_after
 
 
-# Failed key checks per client address, per process (each web worker counts its own): enough to
-# stop a flood of guesses from reaching the database; the keys' 190 random bits do the rest.
+# Failed key checks and sign-ins per client address, per process (each web worker counts its own):
+# enough to stop a flood of guesses from reaching the database; the keys' 190 random bits do the
+# rest, and people's passwords get the same 30 tries a minute.
 FAILURE_WINDOW_SECONDS = 60
 MAX_FAILURES_PER_WINDOW = 30
 _failures: dict[str, deque[float]] = defaultdict(deque)
@@ -38,6 +40,23 @@ def _recent_failures(client: str, now: float) -> deque[float]:
     while failures and now - failures[0] > FAILURE_WINDOW_SECONDS:
         failures.popleft()
     return failures
+
+
+def refuse_if_throttled(client: str) -> None:
+    """Raises AuthThrottled, with the seconds to wait, once `client` failed too often."""
+    now = time.monotonic()
+    with _failures_lock:
+        failures = _recent_failures(client, now)
+        if len(failures) >= MAX_FAILURES_PER_WINDOW:
+            raise AuthThrottled(int(FAILURE_WINDOW_SECONDS - (now - failures[0])) + 1)
+
+
+def record_failure(client: str) -> None:
+    now = time.monotonic()
+    with _failures_lock:
+        _recent_failures(client, now).append(now)
+        if len(_failures) > 10_000:  # a spray from many addresses must not grow this forever
+            _failures.clear()
 
 
 def client_address(request: HttpRequest) -> str:
@@ -56,17 +75,11 @@ def verified_key(secret: str, client: str) -> AgentKey | None:
     cached = _verified.get(secret)
     if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
         return cached[1]
-    with _failures_lock:
-        failures = _recent_failures(client, now)
-        if len(failures) >= MAX_FAILURES_PER_WINDOW:
-            raise AuthThrottled(int(FAILURE_WINDOW_SECONDS - (now - failures[0])) + 1)
+    refuse_if_throttled(client)
     key = agent_key_get_by_secret(secret=secret)
     if key is None:
         _verified.pop(secret, None)
-        with _failures_lock:
-            _recent_failures(client, now).append(now)
-            if len(_failures) > 10_000:  # a spray from many addresses must not grow this forever
-                _failures.clear()
+        record_failure(client)
         return None
     if len(_verified) > 1000:
         _verified.clear()
@@ -76,6 +89,11 @@ def verified_key(secret: str, client: str) -> AgentKey | None:
 
 class AgentKeyAuth(HttpBearer):
     """Authenticates an agent key that carries `scope`; `request.auth` is the AgentKey."""
+
+    def __new__(cls, scope: str) -> "AgentKeyAuth":
+        # ninja names an operation's OpenAPI security scheme after its auth's class: a class per
+        # scope makes the docs say which scope each operation's key needs.
+        return super().__new__(_auth_class_for(scope))
 
     def __init__(self, scope: str) -> None:
         super().__init__()
@@ -100,3 +118,12 @@ def agent_key_of(request: HttpRequest) -> AgentKey:
 
 def project_of(request: HttpRequest) -> Project:
     return agent_key_of(request).project
+
+
+@functools.cache
+def _auth_class_for(scope: str) -> type[AgentKeyAuth]:
+    description = (
+        f"An agent key with scope `{scope}`, sent as `Authorization: Bearer afk_…`; "
+        f"`manage.py create_agent_key --project <slug> --scopes {scope}` mints one."
+    )
+    return type(f"AgentKey_{scope}", (AgentKeyAuth,), {"openapi_description": description})

@@ -38,6 +38,12 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure" if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG is off")
+# Earlier copies of .env.example held a public placeholder; it signs sessions and chain anchors.
+if not DEBUG and SECRET_KEY.startswith("change-me"):
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is still the placeholder of .env.example: set a long random one, e.g. "
+        "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -186,21 +192,26 @@ CELERY_TASK_TIME_LIMIT = 15 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 14 * 60
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+
+def _every(seconds: float, task: str) -> dict[str, object]:
+    # A pass still queued when the next is due is dropped (expires): after a worker outage the
+    # passes run once, not once per missed period back to back.
+    return {"task": task, "schedule": seconds, "options": {"expires": seconds}}
+
+
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "asks-deadlines": {"task": "ledger.tasks.asks_apply_deadlines", "schedule": 5.0},
-    "webhooks-outbox": {"task": "ledger.tasks.webhooks_send_due", "schedule": 10.0},
-    "search-index": {
-        "task": "ledger.tasks.search_index_pending",
-        "schedule": env.float("FOOTPRINT_SEARCH_INDEX_EVERY_SECONDS", default=5.0),
-    },
-    "chain-anchors": {
-        "task": "ledger.tasks.chain_anchors_write",
-        "schedule": env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0),
-    },
-    "artifacts-sweep": {
-        "task": "artifacts.tasks.artifacts_sweep",
-        "schedule": env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0),
-    },
+    "asks-deadlines": _every(5.0, "ledger.tasks.asks_apply_deadlines"),
+    "webhooks-outbox": _every(10.0, "ledger.tasks.webhooks_send_due"),
+    "search-index": _every(
+        env.float("FOOTPRINT_SEARCH_INDEX_EVERY_SECONDS", default=5.0), "ledger.tasks.search_index_pending"
+    ),
+    "chain-anchors": _every(
+        env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0), "ledger.tasks.chain_anchors_write"
+    ),
+    "artifacts-sweep": _every(
+        env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0), "artifacts.tasks.artifacts_sweep"
+    ),
 }
 
 # Chain anchors: every period each project's changed chain heads are signed with this key, kept

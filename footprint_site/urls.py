@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from footprint_site.api import api
 from footprint_site.health import healthz
+from footprint_site.sign_in import ThrottledLoginView
 from ledger import views_otlp
 
 urlpatterns = [
@@ -11,7 +12,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("v1/traces", views_otlp.export_traces, name="otlp-traces"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("ledger.urls")),
     path("", include("artifacts.urls")),

@@ -40,6 +40,9 @@ class WebhookEndpointAdmin(admin.ModelAdmin[WebhookEndpoint]):
     list_display = ("project", "url", "active")
     exclude = ("secret",)  # set by `manage.py set_webhook`, which prints it once
 
+    def has_add_permission(self, request: object) -> bool:
+        return False  # an endpoint added here would have no signing secret: `manage.py set_webhook`
+
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):

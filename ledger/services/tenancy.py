@@ -41,6 +41,9 @@ def agent_key_create(*, project: Project, scopes: list[str], name: str = "") -> 
     unknown = set(scopes) - set(AgentKey.Scope.values)
     if unknown or not scopes:
         raise ValueError(f"scopes must be among {', '.join(AgentKey.Scope.values)}; got {scopes}")
+    max_name = AgentKey._meta.get_field("name").max_length
+    if max_name is not None and len(name) > max_name:
+        raise ValueError(f"A key's name is at most {max_name} characters; this one has {len(name)}.")
     prefix = _random_text(8)
     secret = f"{KEY_PREFIX}{prefix}_{_random_text(32)}"
     key = AgentKey.objects.create(

@@ -1,6 +1,7 @@
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
 from ledger.models import AGENT_SCOPES, AgentKey
 from ledger.services import agent_key_create, project_get_or_create
@@ -22,8 +23,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            project = project_get_or_create(slug=options["project"])
-            key, secret = agent_key_create(project=project, scopes=options["scopes"], name=options["name"])
+            with transaction.atomic():  # a refused key leaves no new project behind
+                project = project_get_or_create(slug=options["project"])
+                key, secret = agent_key_create(project=project, scopes=options["scopes"], name=options["name"])
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(

@@ -44,6 +44,9 @@ class Command(BaseCommand):
         admin = user_model.objects.filter(username="admin").first()
         if admin is None:
             admin = user_model.objects.create_superuser("admin", "admin@localhost", password)
+        # An `admin` made otherwise (createsuperuser, or a password changed since) keeps its own
+        # password: print the remembered one only where it signs in.
+        login = f"admin / {password}" if admin.check_password(password) else "admin (its own password, unchanged)"
         membership_grant(user=admin, project=project, role=Membership.Role.ADMIN)
 
         key_file = settings.DATA_DIR / "demo-agent-key"
@@ -59,5 +62,5 @@ class Command(BaseCommand):
             events_ingest(project=project, events=check_events(events))
         recording_ingest(project=project, body=(DEMO / "recording.json").read_bytes())
 
-        self.stdout.write(f"login: admin / {password}")
+        self.stdout.write(f"login: {login}")
         self.stdout.write(f"agent key: {key}")

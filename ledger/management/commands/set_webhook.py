@@ -1,7 +1,9 @@
 import secrets
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.validators import URLValidator
 
 from ledger.models import Project, WebhookEndpoint
 
@@ -22,8 +24,16 @@ class Command(BaseCommand):
             WebhookEndpoint.objects.filter(project=project).update(active=False)
             self.stdout.write(f"Decisions of {project.slug} are no longer delivered.")
             return
-        if not options["url"] or not options["url"].startswith(("https://", "http://")):
-            raise CommandError("--url must be an http(s) URL.")
+        url = options["url"] or ""
+        max_length = WebhookEndpoint._meta.get_field("url").max_length or 0
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            raise CommandError(
+                f"--url must be an http(s) URL with a host, e.g. https://agents.example/decisions; got {url[:80]!r}."
+            ) from None
+        if len(url) > max_length:
+            raise CommandError(f"--url is at most {max_length} characters; this one has {len(url)}.")
         endpoint, _ = WebhookEndpoint.objects.update_or_create(
             project=project, defaults={"url": options["url"], "secret": secrets.token_hex(32), "active": True}
         )

@@ -1,0 +1,179 @@
+"""Operations that must refuse cleanly or not leave a hole: management commands' bad arguments,
+the admin's webhook form, a placeholder secret key, the OpenAPI docs naming each operation's key
+scope, throttled sign-ins, and beat passes that do not pile up behind a stopped worker."""
+
+import os
+import re
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+
+from ledger.models import AgentKey, Project, WebhookEndpoint
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _call(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+# --- management commands ---------------------------------------------------------------------------
+
+
+def test_create_agent_key_too_long_name_is_a_command_error_and_creates_no_project() -> None:
+    """`--name` longer than AgentKey.name's 200 characters is a CommandError, and the project the
+    command would have created for the key is not left behind."""
+    with pytest.raises(CommandError, match="at most 200 characters"):
+        _call("create_agent_key", "--project", "fresh-project", "--name", "n" * 201)
+    assert not Project.objects.filter(slug="fresh-project").exists()
+    assert not AgentKey.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://", "https://exa mple.com/hook", "https://example.com/" + "a" * 600],
+    ids=["no-host", "space-in-host", "longer-than-500"],
+)
+def test_set_webhook_refuses_a_url_the_endpoint_cannot_hold(project: Project, url: str) -> None:
+    """A URL without a host, with a space, or longer than the endpoint holds (500) would fail every
+    delivery or the INSERT: a CommandError, nothing stored."""
+    with pytest.raises(CommandError, match="--url"):
+        _call("set_webhook", "--project", "acme", "--url", url)
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_seed_demo_prints_a_login_that_works_when_an_admin_user_already_exists(
+    settings: Any, tmp_path: Path, django_user_model: Any, client: Client
+) -> None:
+    """An `admin` made otherwise (createsuperuser) keeps its password: seed_demo prints a login
+    only when it signs in."""
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "operator-chose-this")
+    settings.DATA_DIR = tmp_path
+    out, _ = _call("seed_demo")
+    printed = re.search(r"^login: admin / (\S+)$", out, re.M)
+    if printed is not None:
+        assert client.login(username="admin", password=printed.group(1)), out
+
+
+# --- Django admin ----------------------------------------------------------------------------------
+
+
+def test_admin_cannot_create_a_webhook_endpoint_without_a_signing_secret(
+    django_user_model: Any, project: Project
+) -> None:
+    """An endpoint added in the admin would have an empty signing secret (anyone could forge its
+    HMAC): endpoints are added by `set_webhook`, which mints the secret."""
+    staff = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root")
+    client = Client()
+    client.force_login(staff)
+    client.post(
+        "/admin/ledger/webhookendpoint/add/",
+        {"project": project.pk, "url": "https://hooks.example.com/decisions", "active": "on"},
+    )
+    secrets = list(WebhookEndpoint.objects.values_list("secret", flat=True))
+    assert all(len(secret) >= 32 for secret in secrets), f"endpoint saved with signing secret {secrets!r}"
+
+
+# --- settings --------------------------------------------------------------------------------------
+
+
+def _settings_start(tmp_path: Path, secret_key: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FOOTPRINT_"))}
+    environment.update(
+        DJANGO_SETTINGS_MODULE="footprint_site.settings",
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secret_key,
+        FOOTPRINT_DATA_DIR=str(tmp_path),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); print('started')"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "secret_key",
+    [
+        re.search(r"^DJANGO_SECRET_KEY=(.*)$", (ROOT / ".env.example").read_text(), re.M).group(1),  # type: ignore[union-attr]
+        "change-me-to-a-long-random-string",  # what earlier copies of .env.example held
+    ],
+    ids=["env-example-now", "earlier-placeholder"],
+)
+def test_production_settings_refuse_a_secret_key_copied_from_env_example(tmp_path: Path, secret_key: str) -> None:
+    """Docker compose reads .env, copied from .env.example. A public key there would sign sessions
+    and, through FOOTPRINT_ANCHOR_KEY's default, the chain anchors: start-up stops, naming
+    DJANGO_SECRET_KEY, until a key of one's own is set."""
+    result = _settings_start(tmp_path, secret_key)
+
+    assert result.returncode != 0, result.stdout
+    assert "DJANGO_SECRET_KEY" in result.stderr, result.stderr[-2000:]
+
+
+# --- OpenAPI ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "scope"),
+    [
+        ("post", "/api/v1/events", "ingest"),
+        ("get", "/api/v1/runs", "read"),
+        ("post", "/api/v1/asks", "asks"),
+        ("post", "/api/v1/artifacts", "artifacts"),
+    ],
+)
+def test_openapi_says_which_scope_each_operation_needs(client: Client, method: str, path: str, scope: str) -> None:
+    """A client reading /api/v1/docs learns which scope each operation's key needs from the
+    security scheme the operation references, not from a 403."""
+    document = client.get("/api/v1/openapi.json").json()
+    operation = document["paths"][path][method]
+    schemes = document.get("components", {}).get("securitySchemes", {})
+    referenced = [name for requirement in operation.get("security", []) for name in requirement]
+    text = " ".join(
+        [operation.get("summary", ""), operation.get("description", "") or ""]
+        + [f"{name} {schemes.get(name, {}).get('description', '')}" for name in referenced]
+    )
+    assert re.search(rf"\b{scope}\b", text), f"{method.upper()} {path}: nothing names scope '{scope}': {text!r}"
+
+
+# --- sign-in ---------------------------------------------------------------------------------------
+
+
+def test_failed_sign_ins_are_throttled_like_failed_keys(django_user_model: Any) -> None:
+    """People's passwords are far weaker than keys' 190 bits: after 30 failed sign-ins in a minute
+    an address is refused (429 with Retry-After, a sentence on the page), even the right password."""
+    django_user_model.objects.create_user(username="dana", password="correct-horse-battery")
+    client = Client()
+    statuses = [
+        client.post("/accounts/login/", {"username": "dana", "password": f"guess-{i}"}).status_code for i in range(31)
+    ]
+    assert statuses[:30] == [200] * 30
+    assert statuses[-1] == 429, f"the 31st failed sign-in answered {statuses[-1]}"
+    refused = client.post("/accounts/login/", {"username": "dana", "password": "correct-horse-battery"})
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert "Too many failed sign-ins" in refused.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+# --- beat ----------------------------------------------------------------------------------------
+
+
+def test_every_beat_pass_expires_when_the_next_is_due(settings: Any) -> None:
+    """With the worker down and the broker up, passes would pile up and then run back to back."""
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        assert entry["options"]["expires"] == entry["schedule"], name
