@@ -7,11 +7,12 @@ counted, listed or found.
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import BigIntegerField, Case, Count, Min, OuterRef, Q, QuerySet, Subquery, When
+from django_stubs_ext import WithAnnotations
 
 from ledger.exceptions import RefusalNotFound
 from ledger.models import Ask, MiddlewareDecision, Refusal, Run, RunEvent, ToolCall
@@ -246,29 +247,60 @@ def _tool_call_of(refusal: Refusal, run: Run) -> tuple[ToolCall | None, bool]:
     return running, running is not None
 
 
-def _origin_of(call: ToolCall, run: Run) -> ToolCall | None:
-    """The unfinished start of this call in an earlier run of the project: a resumed run reports
-    under a new runId, so its tool call has an end but no start of its own.
+class ResumeOrigin(TypedDict):
+    """What `resumed_tool_calls` adds to each call."""
 
-    Ids like 'c1' repeat across sessions: the run's own session decides when it has one; without
-    one, a call id that several earlier runs left unfinished names no origin rather than a guess.
+    origin_run_id: int | None
+
+
+# Quoted: WithAnnotations takes a TypedDict only for the type checker, and fails at import time.
+def resumed_tool_calls(calls: QuerySet[ToolCall]) -> "QuerySet[WithAnnotations[ToolCall, ResumeOrigin]]":
+    """The calls among `calls` that a resumed run finished, each annotated with `origin_run_id`:
+    the earlier run of the project that began it, or None. A resumed run reports under a new
+    runId, so its tool call has an end but no start of its own, and the run that began it left
+    the call unfinished.
+
+    Ids like 'c1' repeat across sessions: the resumed run's own session decides when it has one;
+    without one, a call id that several earlier runs left unfinished names no origin rather than a
+    guess. An annotation rather than a lookup per call, so the run page can pair a run's calls
+    with other runs' in one query. An origin is always in the call's own project; scoping `calls`
+    to a user is the caller's part.
     """
-    starts = (
-        ToolCall.objects.with_args_and_result()
-        .filter(
-            run__project_id=run.project_id,
-            run__id__lt=run.pk,
-            tool_call_id=call.tool_call_id,
-            start_seq__isnull=False,
-            end_seq__isnull=True,
-        )
-        .select_related("run__project")
-        .order_by("-run__id")
+    starts = ToolCall.objects.filter(
+        run__project_id=OuterRef("run__project_id"),
+        run_id__lt=OuterRef("run_id"),
+        tool_call_id=OuterRef("tool_call_id"),
+        start_seq__isnull=False,
+        end_seq__isnull=True,
     )
-    if run.session_id:
-        return starts.filter(run__session_id=run.session_id).first()
-    candidates = list(starts[:2])
-    return candidates[0] if len(candidates) == 1 else None
+    latest_of_session = (
+        starts.filter(run__session_id=OuterRef("run__session_id")).order_by("-run_id").values("run_id")[:1]
+    )
+    only_start = (
+        starts.values("tool_call_id")
+        .annotate(n=Count("pk"), only_run_id=Min("run_id"))
+        .filter(n=1)
+        .values("only_run_id")
+    )
+    has_session = Q(run__session_id__isnull=False) & ~Q(run__session_id="")
+    return calls.filter(start_seq__isnull=True, end_seq__isnull=False).annotate(
+        origin_run_id=Case(
+            When(has_session, then=Subquery(latest_of_session)),
+            default=Subquery(only_start),
+            output_field=BigIntegerField(),
+        )
+    )
+
+
+def _origin_of(call: ToolCall) -> ToolCall | None:
+    """The unfinished start of this resumed call in the run that began it (`resumed_tool_calls`)."""
+    origin_run_id = resumed_tool_calls(ToolCall.objects.filter(pk=call.pk)).values("origin_run_id")
+    return (
+        ToolCall.objects.with_args_and_result()
+        .filter(run_id=Subquery(origin_run_id), tool_call_id=call.tool_call_id)
+        .select_related("run__project")
+        .first()
+    )
 
 
 PERMISSION_EVENTS = ("agentfootprint.permission.check", "agentfootprint.permission.halt")
@@ -310,7 +342,7 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
     event = RunEvent.objects.filter(run=run, seq=refusal.seq).first()
     payload = _payload(event)
     call, inferred = _tool_call_of(refusal, run)
-    origin = _origin_of(call, run) if call is not None and call.start_seq is None else None
+    origin = _origin_of(call) if call is not None and call.start_seq is None else None
     origin_run = origin.run if origin is not None else None
     if origin is not None and call is not None:
         # The resumed run only ended the call: the name and arguments are in the run that began it.

@@ -12,11 +12,12 @@ from typing import Any
 import orjson
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Q, Subquery
+from django.db.models import F, Q, Value
 
 from artifacts.models import Artifact
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, PermissionVerdict, Refusal, Run, RunEvent, ToolCall
 from ledger.selectors_integrity import integrity_check_latest
+from ledger.selectors_refusals import resumed_tool_calls
 
 TIMELINE_PAGE = 100
 DISPATCH_PAGE = 25
@@ -130,30 +131,52 @@ class RunHeader:
 def run_header(*, run: Run) -> RunHeader:
     duration = run.last_event_at - run.first_event_at if run.first_event_at and run.last_event_at else None
     open_asks = Ask.objects.filter(project_id=run.project_id, run_id=run.run_id, status=Ask.Status.OPEN).count()
-    resumes, resumed_by = _runs_sharing_tool_calls(run)
+    links = run_resume_links(run=run)
+    resumes = list(dict.fromkeys(link.run for link in links if not link.resumed_this))
+    resumed_by = list(dict.fromkeys(link.run for link in links if link.resumed_this))
     return RunHeader(duration, open_asks, integrity_check_latest(run=run), resumes, resumed_by)
 
 
-def _runs_sharing_tool_calls(run: Run) -> tuple[list[Run], list[Run]]:
-    """A resumed turn is a fresh run that finishes the paused run's tool call (spec §2.4): runs
-    sharing a tool call id are linked, earlier ones resumed by this run, later ones resuming it."""
-    # Only a call left unfinished on one side can be shared: ids of the run's paused or resumed
-    # calls, not all of its calls (a long run has thousands).
-    call_ids = (
-        ToolCall.objects.filter(run=run)
-        .filter(Q(start_seq__isnull=True) | Q(end_seq__isnull=True))
-        .values("tool_call_id")
+# Resumed turns link a run to one or two others; the bound keeps the header and a page of
+# dispatches one short read whatever a project sends.
+RESUME_LINKS_MAX = 50
+
+
+@dataclass(frozen=True)
+class ResumeLink:
+    """Another run linked to this one by a resumed turn (spec §2.4): it finished the call
+    `tool_call_id` that this run paused on (`resumed_this`), or began the call this run finished."""
+
+    tool_call_id: str
+    run: Run
+    resumed_this: bool
+
+
+def run_resume_links(*, run: Run, tool_call_ids: list[str] | None = None) -> list[ResumeLink]:
+    """The runs of the run's project linked to it by a resume, earliest first, paired call by call
+    by the refusal tracer's rule (`resumed_tool_calls`: same session, no guess); only for
+    `tool_call_ids` when given."""
+    paused_here = ToolCall.objects.filter(run=run, start_seq__isnull=False, end_seq__isnull=True)
+    resumed_here = resumed_tool_calls(ToolCall.objects.filter(run=run)).filter(origin_run_id__isnull=False)
+    resumed_later = resumed_tool_calls(
+        ToolCall.objects.filter(
+            run__project_id=run.project_id, run_id__gt=run.pk, tool_call_id__in=paused_here.values("tool_call_id")
+        )
+    ).filter(origin_run_id=run.pk)
+    if tool_call_ids is not None:
+        resumed_here = resumed_here.filter(tool_call_id__in=tool_call_ids)
+        resumed_later = resumed_later.filter(tool_call_id__in=tool_call_ids)
+    fields = ("tool_call_id", "other_run_id", "resumed_this")
+    pairs = list(
+        resumed_here.annotate(other_run_id=F("origin_run_id"), resumed_this=Value(False))
+        .values_list(*fields)
+        .union(
+            resumed_later.annotate(other_run_id=F("run_id"), resumed_this=Value(True)).values_list(*fields), all=True
+        )
+        .order_by("other_run_id", "tool_call_id")[:RESUME_LINKS_MAX]
     )
-    related = list(
-        Run.objects.filter(project_id=run.project_id, tool_calls__tool_call_id__in=Subquery(call_ids))
-        .exclude(pk=run.pk)
-        .distinct()
-        .only("run_id", "first_event_at", "status", "project_id")
-        .order_by("first_event_at", "pk")[:20]
-    )
-    key = (run.first_event_at, run.pk)
-    earlier = [r for r in related if (r.first_event_at or run.first_event_at, r.pk) < key]
-    return earlier, [r for r in related if r not in earlier]
+    runs = Run.objects.only("run_id").in_bulk({other for _, other, _ in pairs})
+    return [ResumeLink(call_id, runs[other], resumed_this) for call_id, other, resumed_this in pairs]
 
 
 # --- tree -------------------------------------------------------------------------------------
@@ -173,12 +196,14 @@ class TreeNode:
 
 _TREE_SQL = """
 WITH e AS (
-    SELECT seq, type,
-           COALESCE(doc -> 'meta' -> 'compositionPath', '[]'::jsonb) AS comp,
-           COALESCE(doc -> 'meta' -> 'subflowPath', '[]'::jsonb) AS sub,
-           COALESCE(doc -> 'meta' ->> 'iterIndex', doc -> 'payload' ->> 'iterIndex',
-                    doc -> 'payload' ->> 'iteration') AS it
-    FROM ledger_runevent WHERE run_id = %(run)s AND seq IS NOT NULL
+    -- A refusal is its event's row in ledger_refusal: the projection's rules, as Run.refusal_count counts.
+    SELECT ev.seq, ev.type, f.seq IS NOT NULL AS refused,
+           COALESCE(ev.doc -> 'meta' -> 'compositionPath', '[]'::jsonb) AS comp,
+           COALESCE(ev.doc -> 'meta' -> 'subflowPath', '[]'::jsonb) AS sub,
+           COALESCE(ev.doc -> 'meta' ->> 'iterIndex', ev.doc -> 'payload' ->> 'iterIndex',
+                    ev.doc -> 'payload' ->> 'iteration') AS it
+    FROM ledger_runevent ev LEFT JOIN ledger_refusal f ON f.run_id = ev.run_id AND f.seq = ev.seq
+    WHERE ev.run_id = %(run)s AND ev.seq IS NOT NULL
 ), grouped AS (
     -- An event without an iteration number belongs to the last numbered one in its composition.
     SELECT *, count(it) OVER (PARTITION BY comp ORDER BY seq) AS grp FROM e
@@ -187,16 +212,9 @@ WITH e AS (
 )
 SELECT comp, sub, iteration, count(*), min(seq), max(seq),
        count(*) FILTER (WHERE type = 'agentfootprint.stream.tool_start'),
-       count(*) FILTER (WHERE type = ANY(%(refusal_types)s))
+       count(*) FILTER (WHERE refused)
 FROM carried GROUP BY comp, sub, iteration ORDER BY min(seq)
 """
-# Types whose presence in a node is worth a badge; the exact refusal rules live in projections.
-_REFUSAL_TYPES = (
-    "agentfootprint.tools.result_refused",
-    "agentfootprint.artifacts.refused",
-    "agentfootprint.agent.output_contract_unmet",
-    "agentfootprint.permission.halt",
-)
 
 
 def run_tree(*, run: Run) -> list[TreeNode]:
@@ -210,7 +228,7 @@ def run_tree(*, run: Run) -> list[TreeNode]:
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     with connection.cursor() as cur:
-        cur.execute(_TREE_SQL, {"run": run.pk, "refusal_types": list(_REFUSAL_TYPES)})
+        cur.execute(_TREE_SQL, {"run": run.pk})
         rows = cur.fetchall()
     roots: dict[str, TreeNode] = {}
     subs: dict[tuple[str, str], TreeNode] = {}
@@ -291,25 +309,31 @@ _STAGES = {
 
 def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -> list[Dispatch]:
     """Up to `limit + 1` tool calls of the run (in call order) with every step of their dispatch,
-    in order, including steps a resumed run recorded under the same tool call id."""
+    in order, including the steps and asks of the run linked to it by a resume for that call
+    (`run_resume_links`): never those of another run that merely reused the call id."""
     calls = list(
         ToolCall.objects.with_args_and_result().filter(run=run, pk__gt=after_id).order_by("pk")[: limit + 1]
     )  # pk order is first-seen order
     if not calls:
         return []
     ids = [call.tool_call_id for call in calls]
+    links = run_resume_links(run=run, tool_call_ids=ids)
     with connection.cursor() as cur:
+        # The run that began a call has the lower id, so its part of the dispatch comes first.
         cur.execute(
             """
             SELECT e.tool_call_id, e.seq, e.position, r.run_id, e.type, e.doc -> 'payload' ->> 'moment',
                    footprint_payload_gist(e.doc, %(gist_keys)s)
-            FROM ledger_runevent e JOIN ledger_run r ON r.id = e.run_id
-            WHERE e.tool_call_id = ANY(%(ids)s)
-              AND e.run_id IN (SELECT t.run_id FROM ledger_toolcall t JOIN ledger_run tr ON tr.id = t.run_id
-                               WHERE t.tool_call_id = ANY(%(ids)s) AND tr.project_id = %(project)s)
-            ORDER BY r.first_event_at NULLS FIRST, r.id, e.position
+            FROM unnest(%(runs)s::bigint[], %(ids)s::text[]) AS linked(run_id, tool_call_id)
+            JOIN ledger_runevent e ON e.run_id = linked.run_id AND e.tool_call_id = linked.tool_call_id
+            JOIN ledger_run r ON r.id = e.run_id
+            ORDER BY e.run_id, e.position
             """,
-            {"ids": ids, "project": run.project_id, "gist_keys": list(GIST_KEYS)},
+            {
+                "runs": [run.pk] * len(ids) + [link.run.pk for link in links],
+                "ids": ids + [link.tool_call_id for link in links],
+                "gist_keys": list(GIST_KEYS),
+            },
         )
         steps: dict[str, list[DispatchStep]] = {call_id: [] for call_id in ids}
         for call_id, seq, position, run_id, type_, moment, gist in cur.fetchall():
@@ -324,9 +348,12 @@ def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -
                     _is_refusal(type_, fields),
                 )
             )
+    of_calls = Q(run_id=run.run_id, tool_call_id__in=ids)
+    for link in links:
+        of_calls |= Q(run_id=link.run.run_id, tool_call_id=link.tool_call_id)
     asks: dict[str, list[Ask]] = {}
-    for ask in Ask.objects.filter(project_id=run.project_id, tool_call_id__in=ids).defer("checkpoint", "pause_data"):
-        asks.setdefault(ask.tool_call_id or "", []).append(ask)
+    for ask in Ask.objects.filter(of_calls, project_id=run.project_id).defer("checkpoint", "pause_data").order_by("pk"):
+        asks.setdefault(ask.tool_call_id, []).append(ask)
     return [Dispatch(call, steps[call.tool_call_id], asks.get(call.tool_call_id, [])) for call in calls]
 
 
