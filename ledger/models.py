@@ -518,6 +518,9 @@ class WebhookDelivery(models.Model):
         FAILED = "failed"
 
     ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="deliveries")
+    # Where the latest attempt went. Each attempt goes to the endpoint's URL of the moment (so a
+    # corrected URL reaches pending deliveries) and logs its own; until the first, the URL of the
+    # endpoint at the decision.
     url = models.URLField(max_length=500)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.IntegerField(default=0)
@@ -545,6 +548,7 @@ class WebhookDelivery(models.Model):
 class WebhookAttempt(models.Model):
     delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
     at = models.DateTimeField(db_default=Now())
+    url = models.URLField(max_length=500)
     status_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     duration_ms = models.IntegerField(default=0)

@@ -14,15 +14,11 @@ def ping() -> str:
     return "pong"
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(webhooks.WebhookFailed,),
-    retry_backoff=2,
-    retry_backoff_max=600,
-    max_retries=12,
-    retry_jitter=True,
-)
+# No autoretry: the outbox's `next_attempt_at` is the one retry schedule (the sweep follows it),
+# so the attempts stay within MAX_ATTEMPTS and backoff whichever process makes them.
+@shared_task(acks_late=True)
 def ask_deliver_webhook(delivery_id: int) -> None:
+    """The fast path: the first attempt, as soon as the decision commits."""
     webhooks.webhook_deliver(delivery_id=delivery_id)
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.envelopes import (
@@ -158,7 +160,8 @@ def ask_open(
     """Open the ask of a paused tool call, or return the one already open for it (idempotent).
 
     A re-post carrying a checkpoint the first post lacked (an ask opened from events) stores it
-    and binds it to this key, the only caller it is ever returned to.
+    and binds it to this key, the only caller it is ever returned to; one carrying a deadline the
+    ask lacks sets it, with its onTimeout.
     """
     data = _check_pause_data(pause_data)
     nul_at = _path_of_nul(data, "pauseData")
@@ -183,11 +186,15 @@ def ask_open(
     except IntegrityError:
         pass
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
+    updated = []
     if checkpoint is not None and ask.checkpoint is None:
         ask.checkpoint, ask.posted_by_key = checkpoint, key
-        if deadline and not ask.deadline:
-            ask.deadline, ask.on_timeout = deadline, on_timeout
-        ask.save(update_fields=["checkpoint", "posted_by_key", "deadline", "on_timeout"])
+        updated += ["checkpoint", "posted_by_key"]
+    if deadline and not ask.deadline:
+        ask.deadline, ask.on_timeout = deadline, on_timeout
+        updated += ["deadline", "on_timeout"]
+    if updated:
+        ask.save(update_fields=updated)
     return ask, False
 
 
@@ -281,17 +288,33 @@ def _notify_decided(ask_id: int) -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, str(ask_id)])
 
 
-def _already_decided(ask_id: int) -> AskAlreadyDecided:
-    ask = Ask.objects.get(pk=ask_id)
+def _already_decided(ask_id: int) -> AskAlreadyDecided | AskNotFound:
+    ask = Ask.objects.filter(pk=ask_id).first()
+    if ask is None:
+        return AskNotFound("No such ask.")  # deleted (with its project) since it was looked up
     when = ask.decided_at.isoformat() if ask.decided_at else "earlier"
-    verdict = "answered" if ask.kind == Ask.Kind.PLAIN else ("approved" if ask.approved else "declined")
-    return AskAlreadyDecided(
-        f"This ask was already {verdict} by {ask.decided_by_label} at {when}; a decision is made once.",
-        decision=ask.decision(),
-    )
+    if ask.decided_via == Ask.Via.DEADLINE:
+        message = (
+            f"This ask's deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC) passed, so it was "
+            f"{'approved' if ask.approved else 'declined'} as its onTimeout says, at {when}; "
+            "a decision is made once."
+        )
+    else:
+        verdict = "answered" if ask.kind == Ask.Kind.PLAIN else ("approved" if ask.approved else "declined")
+        message = f"This ask was already {verdict} by {ask.decided_by_label} at {when}; a decision is made once."
+    return AskAlreadyDecided(message, decision=ask.decision())
 
 
-@transaction.atomic
+def _deadline_decision(ask: Ask) -> dict[str, Any]:
+    """The decision a passed deadline makes: the ask's onTimeout, by the deadline."""
+    return {
+        "approved": ask.on_timeout == Ask.OnTimeout.APPROVE,
+        "via": Ask.Via.DEADLINE,
+        "by_label": "deadline",
+        "note": f"no decision before the deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC)",
+    }
+
+
 def ask_decide(
     *,
     ask_id: int,
@@ -309,7 +332,13 @@ def ask_decide(
     integration's own name for who decided, kept beside the `key` it authenticated with.
     Writes the decision (a claim: only an open ask can be decided), appends a
     `ledger.human_decision` event to the run's chain, NOTIFYs waiting long-polls on commit,
-    and enqueues the project's webhook delivery. Raises AskAlreadyDecided for a second decision.
+    and enqueues the project's webhook delivery. Raises AskAlreadyDecided for a second decision
+    and AskNotFound for an ask that is gone.
+
+    The deadline is a promise: once it has passed (by the database's clock, as the deadline pass
+    reads it), nobody else decides the ask. A late decision on an open ask records the ask's
+    onTimeout, exactly as the pass would, and raises AskAlreadyDecided naming the deadline. The
+    pass (`via` DEADLINE) decides the asks it found overdue by its own `now`.
     """
     target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
@@ -320,21 +349,52 @@ def ask_decide(
             "integration with its own key (scope 'decide')."
         )
     _check_decision(target.kind, by_label, note, value)
-    # The run's lock before the ask's row, in ingestion's order (it closes asks the run reports).
-    run_lock(project=target.project, run_id=target.run_id)
-    claimed = Ask.objects.filter(pk=ask_id, status=Ask.Status.OPEN).update(
+    late = via != Ask.Via.DEADLINE
+    # The refusal is raised once this block has committed: a late decider's deadline decision
+    # must not roll back with it.
+    with transaction.atomic():
+        # The run's lock before the ask's row, in ingestion's order (it closes asks the run reports).
+        run_lock(project=target.project, run_id=target.run_id)
+        in_time = (Q(deadline__isnull=True) | Q(deadline__gt=Now())) if late else Q()
+        decided = _decision_record(
+            ask_id, in_time, approved=approved, via=via, by_label=by_label, user=user, key=key, note=note, value=value
+        )
+        if decided is None and late:
+            overdue = Ask.objects.filter(pk=ask_id, status=Ask.Status.OPEN, deadline__lte=Now()).first()
+            if overdue is not None:
+                _decision_record(ask_id, Q(), **_deadline_decision(overdue))
+    if decided is None:
+        raise _already_decided(ask_id)
+    return decided
+
+
+def _decision_record(
+    ask_id: int,
+    condition: Q,
+    *,
+    approved: bool,
+    via: str,
+    by_label: str,
+    user: User | None = None,
+    key: AgentKey | None = None,
+    note: str | None = None,
+    value: Any = None,
+) -> Ask | None:
+    """Claim the ask while it is open (and `condition` holds), chain the decision, NOTIFY it and
+    queue its webhook. None when the claim fails. Runs under the run's lock."""
+    claimed = Ask.objects.filter(condition, pk=ask_id, status=Ask.Status.OPEN).update(
         status=Ask.Status.DECIDED,
         approved=approved,
         decided_by_label=by_label,
         decided_by=user,
         decided_by_key=key,
-        decided_at=timezone.now(),
+        decided_at=Now(),
         decided_via=via,
         note=note or None,
         value=value,
     )
     if claimed != 1:
-        raise _already_decided(ask_id)
+        return None
     ask = Ask.objects.select_related("project").get(pk=ask_id)
     payload: dict[str, Any] = {
         "askId": ask.pk,
@@ -360,12 +420,13 @@ def ask_decide(
 
 
 def asks_apply_deadlines(*, now: datetime | None = None, limit: int = 500) -> int:
-    """Apply `onTimeout` to open asks past their deadline, recorded as decided by the deadline.
+    """Apply `onTimeout` to open asks past their deadline (at `now`, by default the database's
+    clock), recorded as decided by the deadline. Closes the asks nobody touches: a late decider
+    closes its ask the same way (`ask_decide`).
 
     One pass at a time (a session advisory lock): passes queued behind a slow one would only
     wait on each other's row locks. A pass that finds the lock taken does nothing.
     """
-    now = now or timezone.now()
     applied = 0
     with connection.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(hashtext('footprint.ask-deadlines'))")
@@ -373,18 +434,15 @@ def asks_apply_deadlines(*, now: datetime | None = None, limit: int = 500) -> in
     if not locked:
         return 0
     try:
-        for ask in Ask.objects.filter(status=Ask.Status.OPEN, deadline__lte=now).order_by("deadline")[:limit]:
+        overdue = Ask.objects.filter(status=Ask.Status.OPEN, deadline__lte=Now() if now is None else now)
+        for ask in overdue.order_by("deadline")[:limit]:
             try:
-                ask_decide(
-                    ask_id=ask.pk,
-                    approved=ask.on_timeout == Ask.OnTimeout.APPROVE,
-                    via=Ask.Via.DEADLINE,
-                    by_label="deadline",
-                    note=f"no decision before the deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC)",
-                )
+                ask_decide(ask_id=ask.pk, **_deadline_decision(ask))
                 applied += 1
             except AskAlreadyDecided:
-                continue  # a person decided while this pass ran: theirs stands
+                continue  # decided while this pass ran: by a person in time, or a late one (as the deadline)
+            except AskNotFound:
+                continue  # deleted (with its project) while this pass ran
     finally:
         with connection.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.ask-deadlines'))")

@@ -15,9 +15,9 @@ from ledger.selectors_integrity import run_chain_verify
 logger = logging.getLogger(__name__)
 
 
-def integrity_check_request(*, run: Run, user: User | AnonymousUser | None) -> IntegrityCheck:
+def integrity_check_request(*, run: Run, user: User | AnonymousUser | None) -> IntegrityCheck | None:
     """Start a re-walk of the run's chain. Short chains are walked now; long ones by a worker,
-    which reports progress on the check row as it goes."""
+    which reports progress on the check row as it goes. None if the run was deleted meanwhile."""
     check = IntegrityCheck.objects.create(
         run=run,
         requested_by=user if isinstance(user, User) else None,
@@ -31,26 +31,35 @@ def integrity_check_request(*, run: Run, user: User | AnonymousUser | None) -> I
     return check
 
 
-def integrity_check_run(*, check_id: int) -> IntegrityCheck:
-    """Walk the chain for a queued check. Running it again (a worker died mid-walk) starts over."""
-    check = IntegrityCheck.objects.select_related("run__project").get(pk=check_id)
-    if check.status == IntegrityCheck.Status.DONE:
+def integrity_check_run(*, check_id: int) -> IntegrityCheck | None:
+    """Walk the chain for a queued check. Running it again (a worker died mid-walk) starts over.
+
+    The task is queued on commit and may run after the run, and with it (a cascade) the check,
+    was deleted: then, or if that happens during the walk, nothing is written and None returned.
+    """
+    check = IntegrityCheck.objects.select_related("run__project").filter(pk=check_id).first()
+    if check is None or check.status == IntegrityCheck.Status.DONE:
         return check
     IntegrityCheck.objects.filter(pk=check_id).update(status=IntegrityCheck.Status.RUNNING, records_checked=0)
-    run = Run.objects.select_related("project").get(pk=check.run_id)
 
     def report(checked: int) -> None:
         IntegrityCheck.objects.filter(pk=check_id).update(records_checked=checked)
 
-    verdict = run_chain_verify(run=run, progress=report)
-    check.status = IntegrityCheck.Status.DONE
-    check.records_total = run.chain_length
-    check.records_checked = verdict.records_checked
-    check.valid = verdict.valid
-    check.broken_at = verdict.broken_at
-    check.reason = verdict.reason or ""
-    check.finished_at = timezone.now()
-    check.save()
+    verdict = run_chain_verify(run=check.run, progress=report)
+    finished = {
+        "status": IntegrityCheck.Status.DONE,
+        "records_total": check.run.chain_length,
+        "records_checked": verdict.records_checked,
+        "valid": verdict.valid,
+        "broken_at": verdict.broken_at,
+        "reason": verdict.reason or "",
+        "finished_at": timezone.now(),
+    }
+    # An UPDATE, not save(): save() would INSERT again a check deleted during the walk.
+    if not IntegrityCheck.objects.filter(pk=check_id).update(**finished):
+        return None
+    for field, value in finished.items():
+        setattr(check, field, value)
     return check
 
 

@@ -1,25 +1,36 @@
 """Deliver decisions to the agent host: POST the decision, HMAC-SHA256 signed, every attempt logged.
 
-Deliveries are an outbox. Deciding writes the delivery row in the decision's transaction; a
-queued task sends it at once, and a periodic sweep sends whatever is due, so a message lost with
+Deliveries are an outbox, and its `next_attempt_at` is the only retry schedule. Deciding writes
+the delivery row in the decision's transaction; a queued task makes the first attempt at once,
+and a periodic sweep makes every later one when its backoff has passed, so a message lost with
 the broker or a killed worker delays a delivery but never drops it. Delivery is at least once:
 every attempt carries the same `X-Footprint-Delivery` id for receivers to deduplicate by.
+
+Each attempt goes to the project's endpoint as it is configured then (URL and secret), and only
+while that endpoint is active: a delivery whose webhook is off or deleted waits in the outbox,
+untouched, and is sent once the webhook is set again.
 """
 
 import hashlib
 import hmac
 import http.client
+import logging
+import secrets
 import time
 import urllib.error
 import urllib.request
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import orjson
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from ledger.models import WebhookAttempt, WebhookDelivery
+from ledger.models import Project, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+
+logger = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 10
 LEASE_SECONDS = TIMEOUT_SECONDS + 5  # an attempt whose worker died is retried after this
@@ -30,7 +41,30 @@ NO_ANSWER = "no answer recorded (the attempt was cut short)"
 
 
 class WebhookFailed(Exception):
-    """Raised so the Celery task retries with backoff."""
+    """An attempt failed; it is logged, and the outbox has scheduled the next one."""
+
+
+def webhook_endpoint_set(*, project: Project, url: str) -> WebhookEndpoint:
+    """Point the project's decision webhook at `url`, on, with a new signing secret; deliveries
+    waiting in the outbox go there too. ValueError, with a sentence, for a URL it cannot be."""
+    max_length = WebhookEndpoint._meta.get_field("url").max_length or 0
+    try:
+        URLValidator(schemes=["http", "https"])(url)
+    except ValidationError:
+        raise ValueError(
+            f"The URL must be http(s) with a host, e.g. https://agents.example/decisions; got {url[:80]!r}."
+        ) from None
+    if len(url) > max_length:
+        raise ValueError(f"The URL is at most {max_length} characters; this one has {len(url)}.")
+    endpoint, _ = WebhookEndpoint.objects.update_or_create(
+        project=project, defaults={"url": url, "secret": secrets.token_hex(32), "active": True}
+    )
+    return endpoint
+
+
+def webhook_endpoint_turn_off(*, project: Project) -> None:
+    """Stop delivering; what is waiting stays in the outbox until the webhook is set again."""
+    WebhookEndpoint.objects.filter(project=project).update(active=False)
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -42,46 +76,26 @@ def backoff(attempts: int) -> timedelta:
 
 
 def webhook_deliver(*, delivery_id: int) -> None:
-    """Attempt one delivery; a no-op once delivered or while another attempt holds it.
+    """Attempt one delivery if it is due; a no-op once delivered, while another attempt holds it,
+    before its backoff has passed, after MAX_ATTEMPTS, or while the project's webhook is off.
 
     The attempt is claimed and logged (committed) before the POST, and no transaction is held
-    open across it. Raises WebhookFailed so the task retries.
+    open across it. Whatever the attempt ends in is logged on it and the delivery released, so
+    one delivery cannot stop the sweep or keep its lease. Raises WebhookFailed on a failure (the
+    next attempt is already scheduled).
     """
     claimed = _claim(delivery_id)
     if claimed is None:
         return
-    delivery, attempt = claimed
-    ask = delivery.ask
-    body = orjson.dumps(
-        {
-            "askId": ask.pk,
-            "runId": ask.run_id,
-            "toolCallId": ask.tool_call_id,
-            "kind": ask.kind,
-            "decision": ask.decision(),
-        }
-    )
-    request = urllib.request.Request(  # noqa: S310 - the URL is the project admin's own https/http endpoint
-        delivery.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            SIGNATURE_HEADER: signature(ask.project.webhook.secret, body),
-            DELIVERY_HEADER: str(delivery.pk),
-        },
-    )
+    delivery, endpoint, attempt = claimed
     started = time.monotonic()
-    status_code, error = None, ""
     try:
-        with NO_REDIRECTS.open(request, timeout=TIMEOUT_SECONDS) as response:
-            status_code = response.status
-    except urllib.error.HTTPError as exc:
-        status_code, error = exc.code, f"HTTP {exc.code}"
-        if 300 <= exc.code < 400:
-            error += f" redirect to {exc.headers.get('Location', '?')[:200]} not followed: configure that URL"
-    except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
-        error = type(exc).__name__  # ValueError: an answer urllib cannot parse (a bad status line, say)
+        status_code, error = _post(delivery, endpoint)
+    except Exception as exc:
+        # Not the receiver's answer but a fault here: recorded as a failed attempt all the same,
+        # with its traceback in the worker's log.
+        logger.exception("webhook delivery %s: the attempt failed before it got an answer", delivery_id)
+        status_code, error = None, f"{type(exc).__name__} in the server before an answer (see its log)"
     delivered = status_code is not None and 200 <= status_code < 300
     WebhookAttempt.objects.filter(pk=attempt.pk).update(
         status_code=status_code, error=error, duration_ms=int((time.monotonic() - started) * 1000)
@@ -97,6 +111,40 @@ def webhook_deliver(*, delivery_id: int) -> None:
         raise WebhookFailed(f"delivery {delivery_id} failed: {error or status_code}")
 
 
+def _post(delivery: WebhookDelivery, endpoint: WebhookEndpoint) -> tuple[int | None, str]:
+    """POST the decision once; the receiver's status code (None without one) and what went wrong."""
+    ask = delivery.ask
+    body = orjson.dumps(
+        {
+            "askId": ask.pk,
+            "runId": ask.run_id,
+            "toolCallId": ask.tool_call_id,
+            "kind": ask.kind,
+            "decision": ask.decision(),
+        }
+    )
+    request = urllib.request.Request(  # noqa: S310 - the URL is the project admin's own https/http endpoint
+        endpoint.url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: signature(endpoint.secret, body),
+            DELIVERY_HEADER: str(delivery.pk),
+        },
+    )
+    try:
+        with NO_REDIRECTS.open(request, timeout=TIMEOUT_SECONDS) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as exc:
+        error = f"HTTP {exc.code}"
+        if 300 <= exc.code < 400:
+            error += f" redirect to {exc.headers.get('Location', '?')[:200]} not followed: configure that URL"
+        return exc.code, error
+    except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
+        return None, type(exc).__name__  # ValueError: an answer urllib cannot parse (a bad status line, say)
+
+
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """urllib follows a 301/302/303 with a GET and no body: the receiver would answer 200 to a
     request that never carried the decision. A redirect is a failed attempt, named as such."""
@@ -108,30 +156,45 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 
 
-def _claim(delivery_id: int) -> tuple[WebhookDelivery, WebhookAttempt] | None:
-    now = timezone.now()
-    with transaction.atomic():
-        claimed = (
-            WebhookDelivery.objects.filter(pk=delivery_id)
-            .exclude(status=WebhookDelivery.Status.DELIVERED)
-            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-            .update(lease_until=now + timedelta(seconds=LEASE_SECONDS), attempts=F("attempts") + 1)
-        )
-        if not claimed:
-            return None
-        delivery = WebhookDelivery.objects.select_related("ask__project__webhook").get(pk=delivery_id)
-        attempt = WebhookAttempt.objects.create(delivery=delivery, error=NO_ANSWER)
-    return delivery, attempt
-
-
-def webhooks_send_due(*, limit: int = 50) -> int:
-    """The outbox sweep: attempt every delivery that is due and not in flight. Returns how many
-    were delivered."""
-    now = timezone.now()
-    due = list(
+def _sendable(now: datetime) -> QuerySet[WebhookDelivery]:
+    """Deliveries an attempt may be made on at `now`: not delivered, due, under the cap, and not
+    in flight. Only the delivery's own columns: see `_claim`."""
+    return (
         WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.DELIVERED)
         .filter(next_attempt_at__lte=now, attempts__lt=MAX_ATTEMPTS)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+    )
+
+
+def _claim(delivery_id: int) -> tuple[WebhookDelivery, WebhookEndpoint, WebhookAttempt] | None:
+    now = timezone.now()
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.filter(project__asks__deliveries=delivery_id, active=True).first()
+        if endpoint is None:
+            return None
+        # The claim re-checks everything the sweep's listing did: a sweep sends its list one by
+        # one, and another pass may have attempted (and rescheduled) a delivery meanwhile. No
+        # join in this UPDATE: Django would turn one into `WHERE id IN (SELECT …)`, which
+        # PostgreSQL does not re-check once a concurrent claim's row lock is released.
+        claimed = (
+            _sendable(now)
+            .filter(pk=delivery_id)
+            .update(url=endpoint.url, lease_until=now + timedelta(seconds=LEASE_SECONDS), attempts=F("attempts") + 1)
+        )
+        if not claimed:
+            return None
+        delivery = WebhookDelivery.objects.select_related("ask").get(pk=delivery_id)
+        attempt = WebhookAttempt.objects.create(delivery=delivery, url=endpoint.url, error=NO_ANSWER)
+    return delivery, endpoint, attempt
+
+
+def webhooks_send_due(*, limit: int = 50) -> int:
+    """The outbox sweep: attempt every delivery that is due, not in flight and whose project's
+    webhook is on. Returns how many were delivered."""
+    due = list(
+        _sendable(timezone.now())
+        # Deliveries waiting for a webhook that is off would otherwise fill every batch.
+        .filter(ask__project__webhook__active=True)
         .order_by("next_attempt_at")
         .values_list("pk", flat=True)[:limit]
     )

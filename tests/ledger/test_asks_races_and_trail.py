@@ -330,13 +330,20 @@ def test_api_answer_longer_than_the_pages_cap_is_422_and_decides_nothing(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("deadline_passed", [False, True], ids=["in-time", "deadline-passed"])
 def test_page_double_submit_api_and_deadline_pass_at_once_decide_exactly_once(
-    agent_client: ApiClient, integration_client: ApiClient, project: Project, django_user_model: Any
+    agent_client: ApiClient,
+    integration_client: ApiClient,
+    project: Project,
+    django_user_model: Any,
+    deadline_passed: bool,
 ) -> None:
-    """Two submits of one person's form, an API decision and the deadline pass race: one decision, one chain event."""
+    """Two submits of one person's form, an API decision and the deadline pass race: one decision, one chain
+    event. Past the deadline that decision is the deadline's, whether the pass or a late decider records it."""
     approver = person(django_user_model, "bob", project, Membership.Role.APPROVER)
     ask_id = _open_b(agent_client)
-    Ask.objects.filter(pk=ask_id).update(deadline=timezone.now() - timedelta(seconds=1), on_timeout="approve")
+    deadline = timezone.now() + (timedelta(seconds=-1) if deadline_passed else timedelta(hours=1))
+    Ask.objects.filter(pk=ask_id).update(deadline=deadline, on_timeout="approve")
     secret = _secret_of(integration_client)
     barrier = threading.Barrier(4)
     out: dict[str, Any] = {}
@@ -366,13 +373,18 @@ def test_page_double_submit_api_and_deadline_pass_at_once_decide_exactly_once(
         thread.join(60)
 
     assert not any(isinstance(v, BaseException) for v in out.values()), out
-    wins = [n for n in ("page-1", "page-2") if out[n] == 302] + (["api"] if out["api"] == 200 else [])
-    wins += ["deadline"] if out["deadline"] == 1 else []
-    assert len(wins) == 1, out
-    assert all(out[n] in (302, 409) for n in ("page-1", "page-2")), out
-    assert out["api"] in (200, 409), out
-    assert RunEvent.objects.filter(type=DECISION_EVENT).count() == 1
     stored = Ask.objects.get(pk=ask_id)
+    if deadline_passed:
+        assert (out["page-1"], out["page-2"], out["api"]) == (409, 409, 409), out
+        assert out["deadline"] in (0, 1), out
+        assert (stored.decided_via, stored.approved) == (Ask.Via.DEADLINE, True)
+    else:
+        wins = [n for n in ("page-1", "page-2") if out[n] == 302] + (["api"] if out["api"] == 200 else [])
+        assert len(wins) == 1, out
+        assert all(out[n] in (302, 409) for n in ("page-1", "page-2")), out
+        assert out["api"] in (200, 409), out
+        assert out["deadline"] == 0, out
+    assert RunEvent.objects.filter(type=DECISION_EVENT).count() == 1
     event = json.loads(RunEvent.objects.get(type=DECISION_EVENT).body)
     assert event["payload"]["decision"] == stored.decision()
     verdict = agent_client.get(f"/api/v1/runs/{B_RUN}/verify").json()

@@ -693,8 +693,14 @@ def test_webhook_deliver_failure_is_logged_and_raised(
         assert attempt.status_code == 500
         assert "500" in attempt.error
 
-        # the retry, once the endpoint recovers, delivers and logs a second attempt
+        # the endpoint recovers, but nothing is sent again before the backoff has passed
         server.status_to_answer = 200
+        webhook_deliver(delivery_id=delivery.pk)
+        assert len(server.received) == 1
+        assert delivery.next_attempt_at > timezone.now()
+
+        # the retry, once it is due, delivers and logs a second attempt
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
         webhook_deliver(delivery_id=delivery.pk)
 
     delivery.refresh_from_db()

@@ -1,11 +1,9 @@
-import secrets
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.core.validators import URLValidator
 
-from ledger.models import Project, WebhookEndpoint
+from ledger.models import Project
+from ledger.services.webhooks import webhook_endpoint_set, webhook_endpoint_turn_off
 
 
 class Command(BaseCommand):
@@ -21,22 +19,16 @@ class Command(BaseCommand):
         if project is None:
             raise CommandError(f"No project '{options['project']}'.")
         if options["off"]:
-            WebhookEndpoint.objects.filter(project=project).update(active=False)
-            self.stdout.write(f"Decisions of {project.slug} are no longer delivered.")
+            webhook_endpoint_turn_off(project=project)
+            self.stdout.write(
+                f"Decisions of {project.slug} are no longer delivered; those waiting stay in the outbox "
+                "and go out once --url sets the webhook again."
+            )
             return
-        url = options["url"] or ""
-        max_length = WebhookEndpoint._meta.get_field("url").max_length or 0
         try:
-            URLValidator(schemes=["http", "https"])(url)
-        except ValidationError:
-            raise CommandError(
-                f"--url must be an http(s) URL with a host, e.g. https://agents.example/decisions; got {url[:80]!r}."
-            ) from None
-        if len(url) > max_length:
-            raise CommandError(f"--url is at most {max_length} characters; this one has {len(url)}.")
-        endpoint, _ = WebhookEndpoint.objects.update_or_create(
-            project=project, defaults={"url": options["url"], "secret": secrets.token_hex(32), "active": True}
-        )
+            endpoint = webhook_endpoint_set(project=project, url=options["url"] or "")
+        except ValueError as exc:
+            raise CommandError(f"--url: {exc}") from exc
         self.stderr.write(
             f"Decisions of {project.slug} go to {endpoint.url}, signed with HMAC-SHA256 "
             "(X-Footprint-Signature: sha256=<hex>). The secret:"
