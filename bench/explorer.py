@@ -8,11 +8,14 @@ instrumentation), the pages a person reads a run with:
   two pages before the run's end), for runs of 1,000, 10,000 and 100,000 events;
 - the run list, GET `ledger:run-list` (first page; its "Older runs" cursor is followed once and
   checked) and a deep keyset page (`?cursor=` two pages from the oldest of 100,000 runs, whole page
-  and htmx rows).
+  and htmx rows);
+- the run list searched (`?q=`, PostgreSQL full-text search over the stored events): a word in one
+  run's events only, and a word in every run's (the first page of 100,000 matches). The worker's
+  index pass is run to the end first, as the worker keeps it within seconds of ingestion.
 
 Baseline: the bare SQL of one page of events by keyset (seq > N ORDER BY seq LIMIT 101, with the
 stored bodies) on the same run, on one psycopg connection without prepared statements (the ORM
-prepares none either); the run list's is the bare SQL of one page of runs. Pages and baselines are
+prepares none either); the run list's, searched or not, is the bare SQL of one page of runs. Pages and baselines are
 repeated BENCH_REQUESTS times (default 200) round-robin, so machine noise lands on all of them
 alike; figures are p50/p99 wall time, Django's CPU time (steadier on a busy machine), ratios to the
 baselines, and the ratio between the largest and the smallest run (a flat cost is near 1).
@@ -79,6 +82,7 @@ EXPLAIN_MS = float(os.environ.get("BENCH_EXPLAIN_MS", "5"))
 ANATOMY_REQUESTS = int(os.environ.get("BENCH_ANATOMY", "21"))
 AIM_FIRST_PAGE_MS = 150
 PROJECT, USER = "explorer", "bench-explorer"
+COMMON_WORD = "lookup_order"  # the tool every short run calls (scenario a's), in every run's events
 SEED_WORKERS = int(os.environ.get("BENCH_SEED_WORKERS", str(os.cpu_count() or 2)))
 EVENT_BATCH, RUN_BATCH = 5_000, 500  # events per events_ingest call (long runs); short runs per call
 SEED_VERSION = "3"  # change it when the seed below changes: the next run seeds a fresh database
@@ -442,6 +446,16 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
     )  # fmt: skip
     if followed:
         cases["list-first"].note = followed
+    index_for_search()
+    one_run = f"list-{RUNS // 2:06d}"  # its run id is in its events' meta, and in no other run's
+    cases["search-rare"] = Case(
+        f"run list, q= a word of one run ({one_run})", list_url + f"?q={one_run}", {},
+        ('class="run-row"', 1), one_run,
+    )  # fmt: skip
+    cases["search-common"] = Case(
+        f"run list, q= a word of every run ({COMMON_WORD})", list_url + f"?q={COMMON_WORD}", {},
+        ('class="run-row"', runs_per_page), "cursor=",
+    )  # fmt: skip
 
     # Probe each page once (it may be mid-rework): a page that fails is reported, not timed; one
     # that answers with other rows than expected is timed, with the difference noted.
@@ -479,6 +493,22 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
         case.anatomy = anatomy(client, case)
     context = {"per_page": per_page, "runs_per_page": runs_per_page, "deep_after": deep_after, "cpu": cpu}
     return cases, base_times, context
+
+
+def index_for_search() -> None:
+    """The worker's search index pass, run here until nothing is left (kept with the seed)."""
+    from django.db import connection
+
+    from ledger.services.search import search_index_pending
+
+    started, indexed = time.perf_counter(), 0
+    while batch := search_index_pending(budget_seconds=60):
+        indexed += batch
+        print(f"  indexing for search: {indexed:,} records…", flush=True)
+    if indexed:
+        print(f"Indexed {indexed:,} records for search in {time.perf_counter() - started:.0f} s.", flush=True)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE ledger_runsearchchunk")  # as autovacuum would, for the planner
 
 
 def timing_rounds(client: Any, live: list[Case], db: psycopg.Connection, baselines: dict, base_times: dict) -> None:
@@ -524,7 +554,8 @@ def main() -> None:
     pages = {name: {**summary(c.times), "cpu_p50_ms": summary(c.cpu)["p50_ms"]} for name, c in cases.items() if c.times}
     base = {name: summary(t) for name, t in base_times.items()}
     for name, page in pages.items():
-        page["x_sql_p50"] = round(page["p50_ms"] / base["sql-" + name.removesuffix("-htmx")]["p50_ms"], 1)
+        baseline = "sql-list-first" if name.startswith("search-") else "sql-" + name.removesuffix("-htmx")
+        page["x_sql_p50"] = round(page["p50_ms"] / base[baseline]["p50_ms"], 1)
         page["anatomy"] = cases[name].anatomy
     result = {
         "sizes": SIZES, "runs": RUNS, "requests": REQUESTS, "events_per_page": ctx["per_page"],
@@ -584,7 +615,7 @@ def report(cases: dict[str, Case], pages: dict[str, Any], base: dict[str, Any], 
 
     out += f"\n\nRun list: {RUNS:,} runs in the ledger, {REQUESTS} requests each, ms"
     out += f"\n  {'':<50}{'p50 /    p99':>17}{'CPU p50':>9}{'÷ bare SQL':>12}"
-    for name in ("list-first", "list-deep", "list-deep-htmx"):
+    for name in ("list-first", "list-deep", "list-deep-htmx", "search-rare", "search-common"):
         v = pages.get(name)
         shown = f"{wall(v)}{v['cpu_p50_ms']:>9.1f}{v['x_sql_p50']:>11.0f}x" if v else f"{'failed':>17}"
         out += f"\n  {cases[name].label:<50}{shown}"
@@ -593,6 +624,11 @@ def report(cases: dict[str, Case], pages: dict[str, Any], base: dict[str, Any], 
     if "list-first" in pages and "list-deep" in pages:
         ratio = pages["list-deep"]["p50_ms"] / pages["list-first"]["p50_ms"]
         out += f"\n  deep page / first page, p50: {ratio:.2f}x (a flat cost is near 1)"
+    searched = [f"{name.removeprefix('search-')} {pages[name]['p50_ms'] / pages['list-first']['p50_ms']:.2f}x"
+                for name in ("search-rare", "search-common") if name in pages and "list-first" in pages]  # fmt: skip
+    if searched:
+        out += f"\n  searched / first page unsearched, p50: {', '.join(searched)} (the searched pages' ÷ bare SQL"
+        out += " is against the unsearched first page's)"
 
     out += f"\n\nWhere the time goes: medians of {ANATOMY_REQUESTS} more requests each, outside the timings, ms"
     out += f"\n  {'':<46}{'queries':>8}{'total':>7}{'CPU':>7}{'SQL':>7}{'render':>7}  slowest statement: median"
