@@ -229,10 +229,13 @@ def _permission(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         )
     )
     if result in ("deny", "halt"):
-        rule = _str(payload, "policyRuleId") or _str(payload, "checkerId") or _str(payload, "capability")
+        capability = _str(payload, "capability")
+        rule = _str(payload, "policyRuleId") or _str(payload, "checkerId") or capability
         reason = _str(payload, "rationale") or _str(payload, "reason")
-        target = _str(payload, "target")
-        p.refusal(e, "permission", rule, reason, tool_name=target, iteration=_int(payload, "iteration"))
+        # The target names a tool only for the tool gate (a halt is one); a skill, a memory or a
+        # host is no tool to group refusals by.
+        tool = _str(payload, "target") if capability in (None, "tool_call") else None
+        p.refusal(e, "permission", rule, reason, tool_name=tool, iteration=_int(payload, "iteration"))
 
 
 def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:

@@ -119,3 +119,25 @@ def test_dispatch_includes_the_calls_permission_check(auditor_client: Client, ag
     refusal = Refusal.objects.get(run__run_id="run-p")
     dispatch = _section(auditor_client.get(f"/refusals/{refusal.pk}/").content.decode(), "chain-dispatch")
     assert "permission.check" in dispatch, dispatch
+
+
+def test_a_permission_refusal_names_a_tool_only_for_the_tool_gate(
+    auditor_client: Client, agent_client: ApiClient
+) -> None:
+    """`permission.check`'s target is a tool only when the capability is `tool_call` (a halt is the
+    tool gate's too); a denied skill read or network call is no tool in the "By tool" groups."""
+    denied = {"actor": "agent", "result": "deny", "rationale": "not allowed"}
+    _ingest(
+        agent_client,
+        [
+            _event("run-g", 0, "permission.check", {**denied, "capability": "tool_call", "target": "pay"}),
+            _event("run-g", 1, "permission.check", {**denied, "capability": "skill_read", "target": "skill-billing"}),
+            _event("run-g", 2, "permission.check", {**denied, "capability": "external_net", "target": "evil.example"}),
+            _event("run-g", 3, "permission.halt", {"target": "pay", "reason": "policy", "iteration": 1}),
+        ],
+    )
+
+    assert list(Refusal.objects.order_by("seq").values_list("tool_name", flat=True)) == ["pay", None, None, "pay"]
+    groups = _section(auditor_client.get("/refusals/").content.decode(), "refusal-groups")
+    assert "skill-billing" not in groups
+    assert "evil.example" not in groups
