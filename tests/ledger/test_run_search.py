@@ -87,3 +87,44 @@ def test_events_stored_after_the_last_index_pass_are_found_too(agent_client, run
     }
     assert agent_client.ingest([late]).status_code == 200
     assert _listed(agent_client, "q=zanzibar") == ["run-late"]
+
+
+def test_runs_indexed_together_are_chunked_as_each_alone(agent_client, runs, monkeypatch):
+    """Runs share a transaction but never a chunk: the chunks are those of each run indexed alone."""
+    from ledger.models import Run, RunSearchChunk
+    from ledger.services import search
+
+    def chunks() -> list[tuple[int, int, int, str]]:
+        rows = RunSearchChunk.objects.order_by("run_id", "first_position")
+        return [(c.run_id, c.first_position, c.last_position, str(c.document)) for c in rows]
+
+    monkeypatch.setattr(search, "RECORDS_PER_TRANSACTION", 1)  # a transaction per run
+    search.search_index_pending()
+    alone = chunks()
+    RunSearchChunk.objects.all().delete()
+    Run.objects.update(search_indexed=0)
+    monkeypatch.setattr(search, "RECORDS_PER_TRANSACTION", 10**6)  # every pending run in one
+    search.search_index_pending()
+
+    assert chunks() == alone
+    assert len({run_id for run_id, *_ in alone}) == Run.objects.count()
+
+
+def test_a_pass_finding_another_under_way_does_nothing(agent_client, runs):
+    """One pass at a time: a second one (queued behind a slow pass) would index the same records."""
+    from django.db import connections
+
+    from ledger.models import Run
+    from ledger.services.search import search_index_pending
+
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(hashtext('footprint.search-index'))")
+        assert search_index_pending() == 0
+        assert not Run.objects.filter(search_indexed__gt=0).exists()
+        with other.cursor() as cur:  # before closing: a closed session's locks go some time after
+            cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.search-index'))")
+    finally:
+        other.close()
+    assert search_index_pending() > 0
