@@ -86,8 +86,8 @@ def _index_until(deadline: float) -> int:
 def _index_ranges(ranges: list[tuple[int, int, int]]) -> int:
     """Index records [start, stop) of each (run, start, stop) and advance the runs' marks, in one
     transaction; if a mark moved meanwhile (a pass of an older version), none of it is kept."""
-    runs, starts, stops = (list(column) for column in zip(*ranges, strict=True))
-    params = {"runs": runs, "starts": starts, "stops": stops, "chunk": CHUNK_RECORDS, "cap": SEARCHED_CHARS}
+    params: dict[str, int | list[int]] = {"chunk": CHUNK_RECORDS, "cap": SEARCHED_CHARS}
+    params["runs"], params["starts"], params["stops"] = (list(column) for column in zip(*ranges, strict=True))
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(_INDEX_RANGES, params)
         cur.execute(_ADVANCE_MARKS, params)
