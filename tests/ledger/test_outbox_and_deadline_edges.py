@@ -7,11 +7,8 @@ passed deadline stands against a late decision, and a re-post adds a missing dea
 integrity-check task is a no-op for a check deleted with its run."""
 
 import io
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,48 +21,12 @@ from ledger.models import Ask, IntegrityCheck, Project, Run, WebhookAttempt, Web
 from ledger.services import ask_decide, ask_open, asks_apply_deadlines, webhooks
 from ledger.services import asks as asks_service
 from ledger.services.webhooks import MAX_ATTEMPTS, WebhookFailed, webhook_deliver, webhooks_send_due
+from tests.http_receiver import url_of, webhook_receiver
 
 pytestmark = pytest.mark.django_db
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-class _Hook(ThreadingHTTPServer):
-    received: list[tuple[str, Any, bytes]]
-    status_for: dict[str, int]
-
-
-@contextmanager
-def _hook_server(default_status: int = 200) -> Iterator[_Hook]:
-    """A real HTTP server on 127.0.0.1: records every POST, answers per path (default otherwise)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            server.received.append((self.path, self.headers, body))
-            self.send_response(server.status_for.get(self.path, default_status))
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = _Hook(("127.0.0.1", 0), Handler)
-    server.received = []
-    server.status_for = {}
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def _url(server: Any, path: str = "/hooks") -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}{path}"
 
 
 def _open(project: Project, tool_call_id: str, **kwargs: Any) -> Ask:
@@ -107,10 +68,10 @@ def test_a_delivery_that_failed_is_not_posted_again_by_a_sweep_before_it_is_due(
     the first sweep's `_claim` POSTs it again at once: `_claim` re-checks neither that the delivery
     is still due nor the attempt cap. Expected: one POST of the failing delivery, the second pass
     a no-op until its backoff has passed."""
-    with _hook_server() as server:
+    with webhook_receiver() as server:
         server.status_for["/fails"] = 500
-        first = _decided(project, _url(server, "/ok"), "w1", django_capture_on_commit_callbacks)
-        failing = _decided(other_project, _url(server, "/fails"), "w2", django_capture_on_commit_callbacks)
+        first = _decided(project, url_of(server, "/ok"), "w1", django_capture_on_commit_callbacks)
+        failing = _decided(other_project, url_of(server, "/fails"), "w2", django_capture_on_commit_callbacks)
         WebhookDelivery.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now() - timedelta(minutes=1))
         real_deliver = webhooks.webhook_deliver
         calls: list[int] = []
@@ -141,8 +102,8 @@ def test_the_webhook_task_never_attempts_a_delivery_more_than_max_attempts_times
     the task alone retries `max_retries=12` times (13 runs), on top of the sweep's own attempts.
     Expected: at most MAX_ATTEMPTS POSTs of a delivery whose receiver always fails. (`.apply()`
     runs the task and its retries in-process, without the countdown.)"""
-    with _hook_server(500) as server:
-        delivery = _decided(project, _url(server), "w3", django_capture_on_commit_callbacks)
+    with webhook_receiver(500) as server:
+        delivery = _decided(project, url_of(server), "w3", django_capture_on_commit_callbacks)
 
         with suppress(WebhookFailed):
             tasks.ask_deliver_webhook.apply(args=[delivery.pk])
@@ -158,14 +119,14 @@ def test_a_delivery_waiting_for_a_webhook_turned_off_is_sent_once_it_is_set_agai
 ) -> None:
     """Turning the webhook off pauses its deliveries, it does not drop them: they wait in the
     outbox untouched (no attempt used up) and go to the URL set when it is turned on again."""
-    with _hook_server() as server:
-        delivery = _decided(project, _url(server, "/before"), "w9", django_capture_on_commit_callbacks)
+    with webhook_receiver() as server:
+        delivery = _decided(project, url_of(server, "/before"), "w9", django_capture_on_commit_callbacks)
         call_command("set_webhook", "--project", project.slug, "--off", stdout=io.StringIO())
         webhook_deliver(delivery_id=delivery.pk)
         delivery.refresh_from_db()
         assert (delivery.status, delivery.attempts) == (WebhookDelivery.Status.PENDING, 0)
 
-        call_command("set_webhook", "--project", project.slug, "--url", _url(server, "/after"), stdout=io.StringIO())
+        call_command("set_webhook", "--project", project.slug, "--url", url_of(server, "/after"), stdout=io.StringIO())
         assert webhooks_send_due() == 1
         paths = [path for path, _, _ in server.received]
 
@@ -178,9 +139,9 @@ def test_a_fault_in_an_attempt_is_logged_as_a_failed_attempt_and_the_sweep_carri
     """Something other than the receiver's answer going wrong (here the payload cannot be built)
     ends that attempt as failed, named, with its lease released and its retry scheduled; the
     sweep goes on to the next delivery."""
-    with _hook_server() as server:
-        broken = _decided(project, _url(server, "/broken"), "w10", django_capture_on_commit_callbacks)
-        _decided(other_project, _url(server, "/ok"), "w11", django_capture_on_commit_callbacks)
+    with webhook_receiver() as server:
+        broken = _decided(project, url_of(server, "/broken"), "w10", django_capture_on_commit_callbacks)
+        _decided(other_project, url_of(server, "/ok"), "w11", django_capture_on_commit_callbacks)
         WebhookDelivery.objects.filter(pk=broken.pk).update(next_attempt_at=timezone.now() - timedelta(minutes=1))
         real_decision = Ask.decision
 
@@ -210,8 +171,8 @@ def test_a_webhook_turned_off_gets_no_more_posts_from_the_outbox(
     already in the outbox (queued or retrying with backoff) keep being POSTed: neither the sweep
     nor `webhook_deliver` looks at `WebhookEndpoint.active`. Expected: nothing is POSTed after
     the endpoint is turned off."""
-    with _hook_server() as server:
-        _decided(project, _url(server), "w5", django_capture_on_commit_callbacks)
+    with webhook_receiver() as server:
+        _decided(project, url_of(server), "w5", django_capture_on_commit_callbacks)
         call_command("set_webhook", "--project", project.slug, "--off", stdout=io.StringIO())
 
         webhooks_send_due()
@@ -229,9 +190,9 @@ def test_the_outbox_sweep_survives_a_delivery_whose_endpoint_was_deleted(
     WebhookFailed, so the sweep dies there: the other project's due delivery is not sent, and the
     orphan keeps its lease and an attempt stuck at "no answer recorded". Expected: the orphan is
     skipped or recorded as failed, the sweep carries on."""
-    with _hook_server() as server:
-        orphan = _decided(project, _url(server, "/gone"), "w6", django_capture_on_commit_callbacks)
-        good = _decided(other_project, _url(server, "/ok"), "w7", django_capture_on_commit_callbacks)
+    with webhook_receiver() as server:
+        orphan = _decided(project, url_of(server, "/gone"), "w6", django_capture_on_commit_callbacks)
+        good = _decided(other_project, url_of(server, "/ok"), "w7", django_capture_on_commit_callbacks)
         WebhookDelivery.objects.filter(pk=orphan.pk).update(next_attempt_at=timezone.now() - timedelta(minutes=1))
         WebhookEndpoint.objects.filter(project=project).delete()
 
@@ -256,12 +217,12 @@ def test_a_delivery_retried_after_the_url_was_changed_goes_to_the_configured_url
     signing with the endpoint's *current* secret (`set_webhook` mints a new one): the old URL gets
     bodies signed with a secret it never had, the new URL never gets the pending decision.
     Expected: the retry after the change reaches the configured URL."""
-    with _hook_server() as server:
+    with webhook_receiver() as server:
         server.status_for["/old"] = 308
-        delivery = _decided(project, _url(server, "/old"), "w8", django_capture_on_commit_callbacks)
+        delivery = _decided(project, url_of(server, "/old"), "w8", django_capture_on_commit_callbacks)
         with suppress(WebhookFailed):
             webhook_deliver(delivery_id=delivery.pk)
-        call_command("set_webhook", "--project", project.slug, "--url", _url(server, "/new"), stdout=io.StringIO())
+        call_command("set_webhook", "--project", project.slug, "--url", url_of(server, "/new"), stdout=io.StringIO())
         WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
 
         webhooks_send_due()
@@ -269,9 +230,9 @@ def test_a_delivery_retried_after_the_url_was_changed_goes_to_the_configured_url
 
     assert paths == ["/old", "/new"]
     logged = WebhookAttempt.objects.filter(delivery=delivery).order_by("id").values_list("url", flat=True)
-    assert list(logged) == [_url(server, "/old"), _url(server, "/new")]
+    assert list(logged) == [url_of(server, "/old"), url_of(server, "/new")]
     delivery.refresh_from_db()
-    assert delivery.url == _url(server, "/new")
+    assert delivery.url == url_of(server, "/new")
 
 
 # --- deadlines ----------------------------------------------------------------------------------

@@ -5,9 +5,8 @@ import contextlib
 import io
 import socketserver
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from ledger.models import Ask, Project, WebhookAttempt, WebhookDelivery, Webhook
 from ledger.services import ask_decide, ask_open
 from ledger.services.webhooks import WebhookFailed, webhook_deliver, webhooks_send_due
 from tests.conftest import ApiClient
+from tests.http_receiver import serving, url_of
 
 pytestmark = pytest.mark.django_db
 
@@ -32,24 +32,6 @@ def _event(run_id: str, seq: int, payload: Any) -> dict[str, Any]:
 def _many_distinct_words(n: int = 160_000) -> str:
     """About 1.2 MB of distinct words: a long tool result (a file, a web page) looks like this."""
     return " ".join(f"w{i}" for i in range(n))
-
-
-@contextmanager
-def _http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.received = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def _url(server: Any, path: str = "/hooks") -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}{path}"
 
 
 def _decided_ask(project: Project, url: str, tool_call_id: str, captured: Callable[..., Any]) -> WebhookDelivery:
@@ -131,8 +113,8 @@ def test_a_webhook_answered_with_a_redirect_is_not_marked_delivered_without_the_
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    with _http_server(Handler) as server:
-        delivery = _decided_ask(project, _url(server), "t1", django_capture_on_commit_callbacks)
+    with serving(Handler) as server:
+        delivery = _decided_ask(project, url_of(server), "t1", django_capture_on_commit_callbacks)
         with contextlib.suppress(WebhookFailed):
             webhook_deliver(delivery_id=delivery.pk)
         received = list(server.received)  # type: ignore[attr-defined]
@@ -169,9 +151,9 @@ def test_the_outbox_sweep_logs_an_answer_that_is_not_http_and_still_sends_the_ot
             pass
 
     try:
-        with _http_server(Ok) as ok:
-            bad = _decided_ask(project, _url(garbage), "g1", django_capture_on_commit_callbacks)
-            good = _decided_ask(other_project, _url(ok), "g2", django_capture_on_commit_callbacks)
+        with serving(Ok) as ok:
+            bad = _decided_ask(project, url_of(garbage), "g1", django_capture_on_commit_callbacks)
+            good = _decided_ask(other_project, url_of(ok), "g2", django_capture_on_commit_callbacks)
 
             error: BaseException | None = None
             try:
@@ -187,7 +169,7 @@ def test_the_outbox_sweep_logs_an_answer_that_is_not_http_and_still_sends_the_ot
     bad.refresh_from_db()
     good.refresh_from_db()
     assert error is None, f"the sweep raised {error!r}"
-    assert received == ["/hooks"]
+    assert received == ["/hooks/decisions"]
     assert good.status == WebhookDelivery.Status.DELIVERED
     assert bad.status == WebhookDelivery.Status.FAILED
     assert bad.lease_until is None

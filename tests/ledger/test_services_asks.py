@@ -4,11 +4,7 @@ chain event and NOTIFY it leaves behind, deadlines, and the signed webhook deliv
 import hashlib
 import hmac
 import json
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
@@ -22,6 +18,7 @@ from ledger.models import AgentKey, Ask, Project, Run, RunEvent, WebhookAttempt,
 from ledger.services import agent_key_create, ask_decide, ask_open, asks_apply_deadlines
 from ledger.services.webhooks import NO_ANSWER, WebhookFailed, webhook_deliver, webhooks_send_due
 from tests.conftest import load_fixture, numbered_per_run
+from tests.http_receiver import url_of, webhook_receiver
 
 pytestmark = pytest.mark.django_db
 
@@ -575,46 +572,6 @@ def test_asks_apply_deadlines_respects_the_limit(project: Project) -> None:
 # Webhook delivery
 
 
-class _Hook(ThreadingHTTPServer):
-    status_to_answer = 200
-    received: list[tuple[str, Any, bytes]]
-    on_request: Callable[[], None] | None = None
-
-
-@contextmanager
-def _hook_server(status: int = 200) -> Iterator[_Hook]:
-    """A real HTTP server on 127.0.0.1 that records each POST and answers `status`."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if server.on_request is not None:
-                server.on_request()
-            server.received.append((self.path, self.headers, body))
-            self.send_response(server.status_to_answer)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = _Hook(("127.0.0.1", 0), Handler)
-    server.status_to_answer = status
-    server.received = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def _hook_url(server: _Hook) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}/hooks/decisions"
-
-
 SECRET = "whsec-test-0123456789"
 
 
@@ -632,8 +589,8 @@ def _decided_with_delivery(project: Project, url: str, captured: Any) -> tuple[A
 
 
 def test_webhook_deliver_posts_the_signed_decision(project: Project, django_capture_on_commit_callbacks: Any) -> None:
-    with _hook_server(200) as server:
-        ask, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+    with webhook_receiver(200) as server:
+        ask, delivery = _decided_with_delivery(project, url_of(server), django_capture_on_commit_callbacks)
 
         webhook_deliver(delivery_id=delivery.pk)
 
@@ -662,8 +619,8 @@ def test_webhook_deliver_posts_the_signed_decision(project: Project, django_capt
 def test_webhook_deliver_twice_after_success_does_nothing(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
-    with _hook_server(204) as server:
-        _, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+    with webhook_receiver(204) as server:
+        _, delivery = _decided_with_delivery(project, url_of(server), django_capture_on_commit_callbacks)
         webhook_deliver(delivery_id=delivery.pk)
 
         webhook_deliver(delivery_id=delivery.pk)
@@ -678,8 +635,8 @@ def test_webhook_deliver_twice_after_success_does_nothing(
 def test_webhook_deliver_failure_is_logged_and_raised(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
-    with _hook_server(500) as server:
-        _, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+    with webhook_receiver(500) as server:
+        _, delivery = _decided_with_delivery(project, url_of(server), django_capture_on_commit_callbacks)
 
         with pytest.raises(WebhookFailed):
             webhook_deliver(delivery_id=delivery.pk)
@@ -694,7 +651,7 @@ def test_webhook_deliver_failure_is_logged_and_raised(
         assert "500" in attempt.error
 
         # the endpoint recovers, but nothing is sent again before the backoff has passed
-        server.status_to_answer = 200
+        server.status = 200
         webhook_deliver(delivery_id=delivery.pk)
         assert len(server.received) == 1
         assert delivery.next_attempt_at > timezone.now()
@@ -713,8 +670,8 @@ def test_webhook_deliver_failure_is_logged_and_raised(
 def test_webhook_deliver_unreachable_endpoint_is_logged_and_raised(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
-    with _hook_server(200) as server:
-        url = _hook_url(server)
+    with webhook_receiver(200) as server:
+        url = url_of(server)
     # the server is closed now: nothing listens on that port any more
     _, delivery = _decided_with_delivery(project, url, django_capture_on_commit_callbacks)
 
@@ -742,8 +699,8 @@ def test_webhook_inactive_endpoint_gets_no_delivery(project: Project, django_cap
 def test_webhook_payload_carries_the_answer_of_a_plain_ask(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
-    with _hook_server(200) as server:
-        WebhookEndpoint.objects.create(project=project, url=_hook_url(server), secret=SECRET)
+    with webhook_receiver(200) as server:
+        WebhookEndpoint.objects.create(project=project, url=url_of(server), secret=SECRET)
         ask, _ = _open(project, _plain())
         with django_capture_on_commit_callbacks(execute=False):
             ask_decide(ask_id=ask.pk, approved=True, via=Ask.Via.API, by_label="bot", value=["eu-west-1"])
@@ -759,8 +716,8 @@ def test_the_outbox_sweep_sends_a_delivery_whose_queue_message_was_lost(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
     """The decision committed but the task never ran (broker down, worker killed): the sweep sends it."""
-    with _hook_server(200) as server:
-        _, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+    with webhook_receiver(200) as server:
+        _, delivery = _decided_with_delivery(project, url_of(server), django_capture_on_commit_callbacks)
 
         assert webhooks_send_due() == 1
 
@@ -774,8 +731,8 @@ def test_the_outbox_sweep_sends_a_delivery_whose_queue_message_was_lost(
 def test_an_attempt_in_flight_is_left_alone_until_its_lease_runs_out(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
-    with _hook_server(200) as server:
-        _, delivery = _decided_with_delivery(project, _hook_url(server), django_capture_on_commit_callbacks)
+    with webhook_receiver(200) as server:
+        _, delivery = _decided_with_delivery(project, url_of(server), django_capture_on_commit_callbacks)
         in_flight = timezone.now() + timedelta(seconds=30)
         WebhookDelivery.objects.filter(pk=delivery.pk).update(lease_until=in_flight, attempts=1)
 
@@ -795,11 +752,11 @@ def test_an_attempt_in_flight_is_left_alone_until_its_lease_runs_out(
 def test_an_attempt_is_logged_before_the_request_is_sent(project: Project) -> None:
     """A worker killed mid-request leaves its attempt in the log, marked as cut short: the
     receiver, on its own connection, already sees the committed attempt while it is called."""
-    with _hook_server(200) as server:
+    with webhook_receiver(200) as server:
         ask, _ = _open(project, B_PAUSE["pauseData"], run_id=B_RUN)
         ask_decide(ask_id=ask.pk, approved=True, via=Ask.Via.API, by_label="dana@treasury")
-        WebhookEndpoint.objects.create(project=project, url=_hook_url(server), secret=SECRET)
-        delivery = WebhookDelivery.objects.create(ask=ask, url=_hook_url(server))
+        WebhookEndpoint.objects.create(project=project, url=url_of(server), secret=SECRET)
+        delivery = WebhookDelivery.objects.create(ask=ask, url=url_of(server))
         logged_while_sending: list[str] = []
 
         def look_at_the_log() -> None:
