@@ -1,4 +1,5 @@
-"""Agent keys on the API: `Authorization: Bearer <key>`, never a session cookie (so no CSRF)."""
+"""Agent keys on the API (`Authorization: Bearer <key>`, never a session cookie, so no CSRF), and the
+throttle of failed key checks that sign-ins share."""
 
 import functools
 import threading
