@@ -21,6 +21,9 @@ const RUN_ENDS = new Set(['agentfootprint.agent.turn_end', 'agentfootprint.pause
 // most 3 bytes of UTF-8, so 2 Mi units stay under the limit whatever batchSize says.
 const MAX_BATCH_CHARS = 2 * 1024 * 1024;
 const REQUEST_TIMEOUT_MS = 30_000;
+// 408 and 429 mean "not now", not "not this request": retried like a 5xx.
+const RETRIED_4XX = new Set([408, 429]);
+const RETRY_AFTER_MAX_MS = 60_000;
 
 export function attachFootprintObserver(agent, {
   url, key, batchSize = 200, flushIntervalMs = 1000, maxRetries = 8, onReceipt,
@@ -85,8 +88,8 @@ export function attachFootprintObserver(agent, {
         } catch (error) {
           error.events = batch.length;
           onError(error);
-          // A 4xx will be refused again whatever happens: drop it. Anything else is kept, in
-          // order, for the next flush; resending is safe because ingestion is idempotent.
+          // A 4xx (except 408 and 429) will be refused again whatever happens: drop it. Anything else is
+          // kept, in order, for the next flush; resending is safe because ingestion is idempotent.
           if (error.retryable) {
             queue = batch.concat(queue);
             throw error;
@@ -151,19 +154,22 @@ export async function openAsk(server, runId, pauseOutcome, { sessionId, deadline
 export async function waitForDecision(server, askId, { timeoutMs = Infinity } = {}) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const wait = Math.max(0, Math.min(55, Math.floor((deadline - Date.now()) / 1000)));
-    const answer = await call(server, `/api/v1/asks/${encodeURIComponent(askId)}/decision?wait=${wait}`,
-      { method: 'GET' }, { timeoutMs: (wait + 15) * 1000 });
+    // In milliseconds, sent as fractional seconds: a whole-second floor would ask ?wait=0 again
+    // and again, as fast as the server answers, through the last second before the deadline.
+    const waitMs = Math.round(Math.max(0, Math.min(55_000, deadline - Date.now())));
+    const answer = await call(server, `/api/v1/asks/${encodeURIComponent(askId)}/decision?wait=${waitMs / 1000}`,
+      { method: 'GET' }, { timeoutMs: waitMs + 15_000 });
     if (answer.status === 'decided') return answer.decision;
-    if (Date.now() >= deadline) {
+    if (deadline - Date.now() <= 0) {
       throw Object.assign(new Error(`ask ${askId} was not decided within ${timeoutMs} ms`), { timedOut: true });
     }
   }
 }
 
-// One JSON request with retries: 5xx and network errors are retried with exponential backoff and
-// jitter (so many agents coming back from one outage do not retry in step); 4xx never are, and the
-// thrown error carries the server's message and its body (a 422 names each bad event).
+// One JSON request with retries: network errors, 5xx, 408 and 429 are retried with exponential
+// backoff and jitter (so many agents coming back from one outage do not retry in step), waiting at
+// least what Retry-After asks (capped at 60 s); other 4xx never are, and the thrown error carries
+// the server's message and its body (a 422 names each bad event).
 async function call({ url, key }, path, init, { maxRetries = 8, timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
   const target = url.replace(/\/+$/, '') + path;
   const headers = { authorization: `Bearer ${key}`, accept: 'application/json' };
@@ -177,7 +183,10 @@ async function call({ url, key }, path, init, { maxRetries = 8, timeoutMs = REQU
       let detail = null;
       try { detail = JSON.parse(text); } catch { /* not JSON: a proxy's page */ }
       const message = `${init.method} ${path}: ${response.status} ${detail?.error ?? text.slice(0, 200)}`;
-      error = Object.assign(new Error(message), { status: response.status, detail, retryable: response.status >= 500 });
+      error = Object.assign(new Error(message), {
+        status: response.status, detail, retryable: response.status >= 500 || RETRIED_4XX.has(response.status),
+        retryAfterMs: retryAfterMs(response.headers.get('retry-after')),
+      });
     } catch (thrown) {
       if (thrown instanceof SyntaxError) throw thrown;   // a 2xx that is not JSON: sending again won't help
       error = Object.assign(new Error(`${init.method} ${path}: ${thrown.message}`), { cause: thrown, retryable: true });
@@ -188,6 +197,15 @@ async function call({ url, key }, path, init, { maxRetries = 8, timeoutMs = REQU
       throw error;
     }
     const ceiling = Math.min(30_000, 250 * 2 ** attempt);
-    await new Promise((resolve) => setTimeout(resolve, ceiling / 2 + Math.random() * ceiling / 2));
+    const backoff = ceiling / 2 + Math.random() * ceiling / 2;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(backoff, error.retryAfterMs ?? 0)));
   }
+}
+
+// Retry-After as milliseconds (delta-seconds or an HTTP date), 0 to 60 s; 0 when absent or unreadable.
+function retryAfterMs(value) {
+  if (!value) return 0;
+  const trimmed = value.trim();
+  const ms = /^\d+(\.\d+)?$/.test(trimmed) ? Number(trimmed) * 1000 : Date.parse(trimmed) - Date.now();
+  return Number.isFinite(ms) ? Math.min(Math.max(ms, 0), RETRY_AFTER_MAX_MS) : 0;
 }

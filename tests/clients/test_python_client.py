@@ -246,11 +246,16 @@ def test_artifact_json_text_can_be_sent_verbatim(client: Client) -> None:
         store.put("k", "text/plain", b"bytes", shape="text")
 
 
-def test_absent_artifacts_are_none_and_other_errors_raise_with_their_code(client: Client) -> None:
+def test_absent_artifacts_are_none_and_other_errors_raise_with_their_code(
+    live_server: Any, secret: str, client: Client
+) -> None:
     store = client.artifacts(SCOPE)
     assert store.head("art_0000000000000000000000") is None
     assert store.get("art_0000000000000000000000") is None
-    assert store.get("not-even-a-ref") is None  # malformed refs are the same 404
+    # Not the ref grammar: absent without a request (artifacts spec §1.3), even where the string
+    # would leave the route ("/" is decoded back into a path separator).
+    assert store.get("not-even-a-ref") is None
+    assert store.head("art_x/y") is None
 
     with pytest.raises(FootprintError) as caught:
         store.put("", "text/plain", "x")
@@ -271,9 +276,10 @@ def test_absent_artifacts_are_none_and_other_errors_raise_with_their_code(client
     assert caught.value.status == 400
     assert caught.value.code == "ERR_INVALID_SCOPE"
 
-    # A 404 without ERR_ARTIFACT_NOT_FOUND is not "absent": here the ref's "/" leaves the route.
+    # A 404 without ERR_ARTIFACT_NOT_FOUND is not "absent": here the base URL misses the API.
+    astray = Client(f"{live_server.url}/elsewhere", secret, retries=0).artifacts(SCOPE)
     with pytest.raises(FootprintError) as caught:
-        store.head("art_x/y")
+        astray.head("art_0000000000000000000000")
     assert caught.value.status == 404
     assert caught.value.code != "ERR_ARTIFACT_NOT_FOUND"
 

@@ -3,32 +3,41 @@
 Standard library only (``urllib.request`` + ``json``) so an agent can install or vendor it
 anywhere without pulling a dependency tree next to its own.
 
-Retries. Every call is retried with exponential backoff plus jitter on connection errors and on
-5xx answers, because every call it retries is safe to repeat:
+Retries. Every call is retried with exponential backoff plus jitter on connection errors, on 5xx
+answers and on 429 (too many requests) and 408 (request timeout), because every call it retries
+is safe to repeat:
 
 - ingestion is idempotent per ``(runId, seq)``: a batch whose answer was lost is stored once and
   the re-send counts the events as ``duplicates``;
 - opening an ask is idempotent per ``(runId, toolCallId)``;
 - artifact reads, lists, deletes (204 always) and ``resolve`` change nothing on a second go.
 
+A ``Retry-After`` header (seconds or an HTTP date) on any retried answer is honoured: the wait is
+the longer of it (capped at 60 s) and the backoff.
+
 The one exception is the artifact **put**: every put mints a fresh ref, so a put whose answer was
 lost and that is sent again stores a second artifact. Puts are therefore retried only when the
-connection was *refused* (the request never reached the server); any other failure is raised.
+request provably did nothing: the connection was *refused* (it never reached the server), or the
+server answered 429 ``ERR_RATE_LIMITED`` (its throttle refuses before the key is even checked).
+Any other failure is raised.
 
-4xx answers are never retried: they raise :class:`FootprintError` carrying the server's
-``code``. A 5xx that outlasts the retries raises :class:`FootprintError` too; a connection error
-that outlasts them is re-raised as the ``OSError`` urllib gave (``urllib.error.URLError``,
-``ConnectionResetError``, ``TimeoutError`` …).
+Every other 4xx is final and never retried: it raises :class:`FootprintError` carrying the
+server's ``code``. A 5xx, 408 or 429 that outlasts the retries raises :class:`FootprintError` too;
+a connection error that outlasts them is re-raised as the ``OSError`` urllib gave
+(``urllib.error.URLError``, ``ConnectionResetError``, ``TimeoutError`` …).
 """
 
 from __future__ import annotations
 
 import base64
 import builtins
+import email.utils
 import enum
 import http.client
 import json
+import math
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -50,11 +59,19 @@ __version__ = "0.1.0"
 
 API = "/api/v1"
 NOT_FOUND = "ERR_ARTIFACT_NOT_FOUND"
+RATE_LIMITED = "ERR_RATE_LIMITED"
 # A digest mismatch is a fact about stored bytes, not a passing fault: retrying cannot heal it.
 NOT_RETRIED_5XX_CODES = frozenset({"ERR_ARTIFACT_INTEGRITY"})
+# The 4xx answers that mean "not now" rather than "not this request": retried like a 5xx.
+RETRIED_4XX_STATUSES = frozenset({408, 429})
 ASK_WAIT_MAX_SECONDS = 55.0  # the server holds a decision long-poll at most this long
 RETRY_AFTER_MAX_SECONDS = 60.0
+MAX_EVENTS_PER_REQUEST = 5_000  # the server's default FOOTPRINT_MAX_EVENTS_PER_REQUEST
 DEFAULT_MAX_BATCH_BYTES = 8 * 1024 * 1024 - 64 * 1024  # the server's default 8 MiB, less headroom
+# The ref grammar (artifacts spec §2.2): only it recognises a ref. A string that does not match is
+# absent without asking, and never reaches a URL path, where "capabilities" or "a/b" would hit
+# another route.
+REF_PATTERN = re.compile(r"art_[A-Za-z0-9]{22}")
 
 Shape = Literal["text", "json", "binary"]
 JsonObject = dict[str, Any]
@@ -105,8 +122,8 @@ class Receipt:
 
 
 class _Retry(enum.Enum):
-    SAFE = "safe"  # connection errors and 5xx: the call is idempotent or a read
-    REFUSED_ONLY = "refused-only"  # only when the request provably never reached the server
+    SAFE = "safe"  # connection errors, 5xx, 408 and 429: the call is idempotent or a read
+    REFUSED_ONLY = "refused-only"  # only when the request provably did nothing (see the module doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +135,30 @@ class _Response:
         return json.loads(self.body) if self.body else None
 
 
-def _dumps(value: Any) -> str:
-    """Compact JSON, non-ASCII kept as is (what JavaScript's JSON.stringify writes for most values).
+# A surrogate pair held as two code points, or a lone surrogate (in strings only: json.dumps
+# writes nothing else outside ASCII).
+_SURROGATES = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
 
-    NaN and Infinity are refused here rather than sent as tokens no JSON parser must accept.
+
+def _well_formed(match: re.Match[str]) -> str:
+    found = match.group()
+    if len(found) == 2:
+        high, low = map(ord, found)
+        return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+    return f"\\u{ord(found):04x}"
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON that always encodes as UTF-8, as JavaScript's JSON.stringify writes it.
+
+    Non-ASCII is kept as is; a lone surrogate (which ``json.loads`` gives for ``"\\ud800"``, and
+    the server keeps in JSON payloads) is written as that lowercase ``\\uXXXX`` escape, and a
+    surrogate pair held as two code points as the one character it encodes, so a value read from
+    the server can be written back byte for byte. NaN and Infinity are refused here rather than
+    sent as tokens no JSON parser must accept.
     """
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text if text.isascii() else _SURROGATES.sub(_well_formed, text)
 
 
 def _error_from(status: int, raw: bytes, reason: str) -> FootprintError:
@@ -139,11 +174,18 @@ def _error_from(status: int, raw: bytes, reason: str) -> FootprintError:
 
 
 def _retry_after(headers: Any) -> float:
+    """Seconds the answer asks us to wait (delta-seconds or an HTTP date), 0 to 60; 0 if none."""
     value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return min(max(float(value), 0.0), RETRY_AFTER_MAX_SECONDS) if value else 0.0
-    except ValueError:  # an HTTP date: rare enough to fall back to our own backoff
+    if not value:
         return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError):  # unreadable: our own backoff decides
+            return 0.0
+    return 0.0 if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
 class Client:
@@ -229,8 +271,7 @@ class Client:
                 finally:
                     failure.close()
                 error = _error_from(failure.code, raw, str(failure.reason))
-                retryable = retry is _Retry.SAFE and failure.code >= 500 and error.code not in NOT_RETRIED_5XX_CODES
-                if not retryable or attempt >= self.retries:
+                if not _retryable(error, retry) or attempt >= self.retries:
                     raise error from None
                 self._sleep_before_retry(attempt, _retry_after(failure.headers))
             except (OSError, http.client.HTTPException) as failure:
@@ -335,8 +376,22 @@ class Client:
                 raise TimeoutError(f"ask {ask_id} was not decided within {timeout} s")
 
 
+def _retryable(error: FootprintError, retry: _Retry) -> bool:
+    if retry is _Retry.REFUSED_ONLY:
+        # The server's throttle answers before the key is checked: nothing was done.
+        return error.status == 429 and error.code == RATE_LIMITED
+    if error.status >= 500:
+        return error.code not in NOT_RETRIED_5XX_CODES
+    return error.status in RETRIED_4XX_STATUSES
+
+
 def _segment(value: str) -> str:
     return urllib.parse.quote(value, safe="")
+
+
+def _is_ref(value: object) -> bool:
+    """Only the grammar recognises a ref (fullmatch: ``$`` would accept a trailing newline)."""
+    return isinstance(value, str) and REF_PATTERN.fullmatch(value) is not None
 
 
 class EventSender:
@@ -348,11 +403,22 @@ class EventSender:
     harmless: keep one sender per run stream for its whole life, since a fresh sender counts
     from 0 again and an event with a reused seq but other content is refused (409).
 
-    Events are posted in batches of at most ``batch_size`` events and ``max_batch_bytes`` bytes
-    (the server refuses more than 5,000 events or 8 MiB per request with 413). A batch is stored
-    whole or not at all; if posting fails the unsent events stay buffered and the next
-    :meth:`flush` sends them again. Receipts of every posted batch accumulate in ``receipts``.
-    Thread-safe: one lock serialises numbering and posting.
+    Events are posted in batches of at most ``batch_size`` events (capped at the server's 5,000)
+    and ``max_batch_bytes`` bytes (the server refuses more than 5,000 events or 8 MiB per request
+    with 413). A batch is stored whole or not at all. Receipts of every posted batch accumulate in
+    ``receipts``. Thread-safe: one lock serialises numbering and posting.
+
+    When a post fails, what happens to its batch depends on why:
+
+    - a connection error, 5xx, 408 or 429 that outlasted the client's retries: the events stay
+      buffered, in order, and the next :meth:`flush` sends them again (nothing is stored twice);
+    - any other 4xx (422 a bad event, 409 a reused seq, 413, 401 …): the server would refuse the
+      same batch again whatever happens, so it leaves the buffer and is kept in ``refused`` as
+      ``(events, error)``, the events as sent (each with its ``seq``); later events are not held up.
+      The run's receipts then show those seqs as ``gaps``; once the cause is fixed,
+      ``client.post_events(events)`` posts them again as they are.
+
+    Either way the error is raised, and events after the failed batch stay buffered.
     """
 
     def __init__(
@@ -361,9 +427,10 @@ class EventSender:
         if batch_size < 1 or max_batch_bytes < 1:
             raise ValueError("batch_size and max_batch_bytes must be positive")
         self.client = client
-        self.batch_size = batch_size
+        self.batch_size = min(batch_size, MAX_EVENTS_PER_REQUEST)
         self.max_batch_bytes = max_batch_bytes
         self.receipts: list[Receipt] = []
+        self.refused: list[tuple[list[JsonObject], FootprintError]] = []
         self._next_seq: dict[str, int] = {}
         self._buffer: list[bytes] = []
         self._buffered_bytes = 0
@@ -378,7 +445,8 @@ class EventSender:
         """Number and buffer one ``{type, payload, meta: {runId, …}}`` event.
 
         Posts when the buffer is full and returns that post's receipts (else ``[]``). If that post
-        fails, the error is raised and every event stays buffered for the next :meth:`flush`.
+        fails, the error is raised; the events stay buffered for the next :meth:`flush`, but for a
+        batch the server refused with a final 4xx, which moves to ``refused`` (see the class).
         """
         meta = event.get("meta")
         run_id = meta.get("runId") if isinstance(meta, Mapping) else None
@@ -420,7 +488,15 @@ class EventSender:
                     size += len(encoded) + 1
                 if keep_partial and len(batch) == len(self._buffer) and len(batch) < self.batch_size:
                     break
-                posted = self.client._post_event_bodies(batch)
+                try:
+                    posted = self.client._post_event_bodies(batch)
+                except FootprintError as error:
+                    if error.status < 500 and error.status not in RETRIED_4XX_STATUSES:
+                        # Refused for good: re-posting it would only block every later event.
+                        del self._buffer[: len(batch)]
+                        self._buffered_bytes -= size
+                        self.refused.append(([json.loads(encoded) for encoded in batch], error))
+                    raise
                 # Only after the server's COMMIT: a failure above leaves the batch buffered.
                 del self._buffer[: len(batch)]
                 self._buffered_bytes -= size
@@ -443,8 +519,10 @@ class ArtifactStore:
     """The five verbs of the framework's artifact port (plus resolve) over HTTP, for one scope.
 
     The scope travels in the ``AF-Scope`` header (base64url of its JSON), never in the URL, so it
-    stays out of access logs. Only a 404 carrying ``ERR_ARTIFACT_NOT_FOUND`` means "absent"
-    (missing, expired, swept, another scope's or malformed ref alike); every other error raises.
+    stays out of access logs. A ref that does not match the grammar (``art_`` + 22 ASCII letters
+    and digits) is absent without a request: ``head``/``get`` return None, ``delete`` does
+    nothing. Otherwise only a 404 carrying ``ERR_ARTIFACT_NOT_FOUND`` means "absent" (missing,
+    expired, swept or another scope's alike); every other error raises.
     """
 
     def __init__(self, client: Client, scope: Mapping[str, str]) -> None:
@@ -473,8 +551,9 @@ class ArtifactStore:
 
         The payload shape follows the value: ``str`` is stored as text, ``bytes`` as binary,
         anything else as JSON text written by ``json.dumps(separators=(",", ":"),
-        ensure_ascii=False)``. The server keeps that exact text (and digests it), and Python's
-        text differs from JavaScript's JSON.stringify for some floats (``1.0`` vs ``1``,
+        ensure_ascii=False)``, lone surrogates escaped as ``\\ud800`` (as JSON.stringify writes
+        them). The server keeps that exact text (and digests it), and Python's text differs from
+        JavaScript's JSON.stringify for some floats (``1.0`` vs ``1``,
         ``1e+16`` vs ``10000000000000000``): to reproduce a JS agent's bytes and digest, pass the
         JSON text yourself with ``shape="json"``.
 
@@ -496,7 +575,9 @@ class ArtifactStore:
         return meta
 
     def head(self, ref: str) -> JsonObject | None:
-        """The artifact's meta, or None when it is absent from this scope."""
+        """The artifact's meta, or None when it is absent from this scope (or ``ref`` is no ref)."""
+        if not _is_ref(ref):
+            return None
         try:
             meta: JsonObject = self._call("GET", f"/{_segment(ref)}/meta")["meta"]
         except FootprintError as error:
@@ -507,7 +588,10 @@ class ArtifactStore:
 
     def get(self, ref: str) -> tuple[JsonObject, Any] | None:
         """``(meta, value)`` with the value decoded by its shape (str, parsed JSON, or bytes);
-        None when absent. Bytes that fail their digest raise ``ERR_ARTIFACT_INTEGRITY`` (500)."""
+        None when absent (or ``ref`` is no ref). Bytes that fail their digest raise
+        ``ERR_ARTIFACT_INTEGRITY`` (500)."""
+        if not _is_ref(ref):
+            return None
         try:
             answer = self._call("GET", f"/{_segment(ref)}")
         except FootprintError as error:
@@ -517,8 +601,10 @@ class ArtifactStore:
         return answer["meta"], _decode_payload(answer["payload"])
 
     def delete(self, ref: str) -> None:
-        """Delete the artifact; absent refs are fine (the server answers 204 either way)."""
-        self._call("DELETE", f"/{_segment(ref)}")
+        """Delete the artifact; absent refs are fine (the server answers 204 either way), and a
+        string that is no ref is a no-op without a request."""
+        if _is_ref(ref):
+            self._call("DELETE", f"/{_segment(ref)}")
 
     def list(self, limit: int | None = None, cursor: str | None = None) -> tuple[builtins.list[JsonObject], str | None]:
         """One page of the scope's live metas, newest first, and the cursor of the next (or None)."""
