@@ -22,7 +22,7 @@ from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from footprint_site.lib.db import prepared_cursor
 from footprint_site.lib.js import js_stringify, js_trim
-from ledger.envelopes import json_holds_nul
+from ledger.envelopes import RUN_ID_RULE, is_run_id, json_holds_nul
 from ledger.models import Project
 
 MAX_TTL_FACTS_PER_PUT = 1000
@@ -122,6 +122,9 @@ def _check_put(spec: PutInput, now: int) -> int | None:
         raise InvalidArtifact("label must be a string when present.")
     if spec.origin is not None and not isinstance(spec.origin, dict):
         raise InvalidArtifact("origin must be an object {runId?, toolCallId?} when present.")
+    # The pages link origin.runId to its run, whose URL cannot hold every string: ingestion's rule.
+    if isinstance(spec.origin, dict) and "runId" in spec.origin and not is_run_id(spec.origin["runId"]):
+        raise InvalidArtifact("origin." + RUN_ID_RULE.removeprefix("meta."))
     if spec.parent_refs is not None and (
         not isinstance(spec.parent_refs, list) or not all(isinstance(r, str) for r in spec.parent_refs)
     ):

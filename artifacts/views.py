@@ -1,6 +1,7 @@
 """Auditor pages for a project's artifacts: list, detail with a safe preview, holds, retention."""
 
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -15,7 +16,9 @@ from artifacts.exceptions import ArtifactNotFound
 from artifacts.forms import HoldForm, RetentionForm
 from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
 from artifacts.refs import is_ref
+from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
+from ledger.envelopes import is_run_id
 from ledger.models import Membership, Project
 from ledger.selectors import decode_cursor, encode_cursor, project_get_for_user
 
@@ -49,6 +52,12 @@ def _preview(shape: str, body: bytes | None, digest_status: str) -> dict[str, An
     return {"text": text, "truncated": len(body) > PREVIEW_BYTES}
 
 
+def _run_links(run_ids: Iterable[str | None]) -> set[str]:
+    """The origin run ids a page may link to their run. A put refuses any other origin.runId, but a
+    row stored before it did is shown unlinked, not as a page that fails to reverse its URL."""
+    return {run_id for run_id in run_ids if run_id is not None and is_run_id(run_id)}
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
@@ -71,6 +80,7 @@ def artifact_list(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
         "project": project,
         "store": store,
         "artifacts": rows[:PER_PAGE],
+        "run_links": _run_links(row.origin_run_id for row in rows[:PER_PAGE]),
         "filters": filters,
         "state": state,
         "states": selectors.PAGE_STATES,
@@ -97,6 +107,7 @@ def _detail_context(request: HtmxHttpRequest, project_slug: str, ref: str) -> di
         if artifact
         else None,
         "preview": _preview(artifact.payload_shape, view.body, view.digest_status) if artifact else None,
+        "run_links": _run_links([artifact.origin_run_id] if artifact else []),
         "holds": ArtifactHold.objects.filter(store=store, artifact_ref=ref).select_related("placed_by", "released_by"),
         "can_hold": role in HOLDERS and artifact is not None,
         "hold_form": HoldForm(),
@@ -138,7 +149,7 @@ def _hold_panel(
 
 
 @require_POST
-@login_required
+@login_required_returning_to("artifacts:artifact-detail", "project_slug", "ref")
 def artifact_hold(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
     _, role, store = _project(request, project_slug)
     if role not in HOLDERS:
@@ -156,7 +167,7 @@ def artifact_hold(request: HtmxHttpRequest, project_slug: str, ref: str) -> Http
 
 
 @require_POST
-@login_required
+@login_required_returning_to("artifacts:artifact-detail", "project_slug", "ref")
 def artifact_hold_release(request: HtmxHttpRequest, project_slug: str, ref: str, hold_id: int) -> HttpResponse:
     _, role, store = _project(request, project_slug)
     if role not in HOLDERS:

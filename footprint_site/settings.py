@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "footprint_site.login_redirects.HtmxLoginRedirectMiddleware",  # after HtmxMiddleware: reads request.htmx
     "footprint_site.middleware.ContentSecurityPolicyMiddleware",
 ]
 

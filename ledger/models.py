@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import OuterRef, Subquery
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from footprint_site.lib.jsonb import JsonbDecoder
 
@@ -479,6 +480,13 @@ class Ask(models.Model):
     @property
     def at_ms(self) -> int | None:
         return int(self.decided_at.timestamp() * 1000) if self.decided_at else None
+
+    @property
+    def is_overdue(self) -> bool:
+        """Open past its deadline: only the deadline decides it now (`ask_decide`), so pages offer
+        no decision. Read by this process's clock, never written: a page GET leaves closing the ask
+        to the deadline pass, and `ask_decide` judges a late click by the database's clock."""
+        return self.status == self.Status.OPEN and self.deadline is not None and self.deadline <= timezone.now()
 
     def decision(self) -> dict[str, object] | None:
         """The framework's decision shape, ready for `agent.resume(checkpoint, decision)`."""

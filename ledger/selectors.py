@@ -12,6 +12,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
 
 from footprint_site.notify import ask_decisions
 from ledger import audit
@@ -235,11 +236,17 @@ def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
     )
 
 
+# Open and not past its deadline: an overdue ask waits for nobody, since only the deadline decides
+# it (`ask_decide`); the database's clock, as the deadline pass reads it.
+_WAITING_FOR_A_PERSON = Q(status=Ask.Status.OPEN) & (Q(deadline__isnull=True) | Q(deadline__gt=Now()))
+
+
 def inbox_open_asks(*, user: User | AnonymousUser, before_id: int | None = None, limit: int = 25) -> list[Ask]:
-    """Open asks of the user's approver projects, newest first, keyset-paged; up to limit + 1 rows."""
+    """Asks waiting for a decision in the user's approver projects, newest first, keyset-paged; up to
+    limit + 1 rows."""
     # Project ids first: with a literal list the planner walks the inbox index and stops at the page.
     project_ids = list(approver_projects(user).values_list("id", flat=True))
-    asks = Ask.objects.filter(status=Ask.Status.OPEN, project_id__in=project_ids).select_related("project")
+    asks = Ask.objects.filter(_WAITING_FOR_A_PERSON, project_id__in=project_ids).select_related("project")
     if before_id is not None:
         asks = asks.filter(pk__lt=before_id)
     return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
@@ -249,9 +256,9 @@ INBOX_COUNT_CAP = 100
 
 
 def inbox_count(*, user: User | AnonymousUser) -> int:
-    """Open asks the user may decide, counted up to INBOX_COUNT_CAP (the badge shows "99+" beyond)."""
-    open_asks = Ask.objects.filter(status=Ask.Status.OPEN, project__in=approver_projects(user))
-    return open_asks.values("id")[:INBOX_COUNT_CAP].count()
+    """Asks waiting for the user's decision, counted up to INBOX_COUNT_CAP (the badge shows "99+" beyond)."""
+    waiting = Ask.objects.filter(_WAITING_FOR_A_PERSON, project__in=approver_projects(user))
+    return waiting.values("id")[:INBOX_COUNT_CAP].count()
 
 
 def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, str]:

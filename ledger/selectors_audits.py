@@ -97,9 +97,14 @@ def audit_bundle_stored_verdict(*, bundle: AuditBundle) -> tuple[dict[str, Any],
     return {**verdict, "continuity": bundle.verdict.get("continuity", {})}, True
 
 
-def audit_bundles_for_user(*, user: User | AnonymousUser, limit: int = 100) -> list[AuditBundle]:
+def audit_bundles_for_user(
+    *, user: User | AnonymousUser, before_id: int | None = None, limit: int = 100
+) -> list[AuditBundle]:
+    """Stored bundles of the user's projects, newest first, keyset-paged; up to limit + 1 rows."""
     bundles = AuditBundle.objects.filter(project__in=projects_for_user(user)).select_related("project")
-    return list(bundles.defer("body").order_by("-id")[:limit])
+    if before_id is not None:
+        bundles = bundles.filter(pk__lt=before_id)
+    return list(bundles.defer("body").order_by("-id")[: limit + 1])
 
 
 def audit_bundle_get_for_user(*, user: User | AnonymousUser, bundle_id: int) -> AuditBundle | None:

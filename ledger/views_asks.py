@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
 from ledger import selectors, services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
@@ -52,7 +53,8 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
     return {
         "ask": ask,
         "pack": pack,
-        "can_decide": role in DECIDERS and ask.status == Ask.Status.OPEN,
+        # Past its deadline only the deadline decides (ask_decide): the page says what it will do.
+        "can_decide": role in DECIDERS and ask.status == Ask.Status.OPEN and not ask.is_overdue,
         "form": form or DecisionForm(plain=ask.kind == Ask.Kind.PLAIN),
         "detail_json": _pretty(ask.detail),
         "args_json": _pretty(pack["args"]),
@@ -72,7 +74,7 @@ def ask_detail(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@login_required_returning_to("asks:ask-detail", "ask_id")
 def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
     """Approve, decline or answer. `by` is the signed-in user; a second decision sees the first."""
     try:
@@ -99,7 +101,7 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
                 value=data["value"] if data["decision"] == "answer" else None,
             )
         except AskAlreadyDecided:
-            status = 409  # someone else won: the panel shows who, and when
+            status = 409  # someone else won, or the deadline had passed: the panel shows which, and when
         except AskInvalid as exc:
             form.add_error(None, exc.message)
             status = 422
@@ -107,6 +109,7 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
             return redirect("asks:ask-detail", ask_id=ask.pk)
     context = {**_page_context(request, ask_id, form=form if status == 422 else None), "lost": status == 409}
     if wants_partial(request):
-        # htmx swaps only 2xx answers: the panel itself says who decided, or what to fix.
-        return render(request, "asks/ask_detail.html#decision-panel", context)
+        # htmx swaps only 2xx answers: the panel itself says who decided, or what to fix. The
+        # badge rides along out of band, counting the ask no more once it is decided.
+        return render(request, "asks/ask_detail.html#decision-response", context)
     return render(request, "asks/ask_detail.html", context, status=status)

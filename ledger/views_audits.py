@@ -11,19 +11,25 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.vary import vary_on_headers
 
-from footprint_site.pages import HtmxHttpRequest
+from footprint_site.pages import HtmxHttpRequest, wants_partial
 from ledger import selectors, selectors_audits
 from ledger.exceptions import LedgerError
 from ledger.forms import AuditBundleUploadForm
 from ledger.models import Membership
+from ledger.selectors import decode_cursor, encode_cursor
 from ledger.services.audits import audit_bundle_import
+
+BUNDLES_PER_PAGE = 100
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@vary_on_headers("HX-Request")
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
-    """The stored bundles of the user's projects and the upload form; a POST shows its verdict."""
+    """The stored bundles of the user's projects, a page at a time, and the upload form; a POST
+    shows its verdict. An htmx GET (the "Older bundles" link) gets only the next rows."""
     form = AuditBundleUploadForm(
         request.POST or None,
         request.FILES or None,
@@ -38,7 +44,14 @@ def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
             status = 200
         except LedgerError as exc:
             form.add_error("bundle", exc.message)
-    context["bundles"] = selectors_audits.audit_bundles_for_user(user=request.user)
+    bundles = selectors_audits.audit_bundles_for_user(
+        user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=BUNDLES_PER_PAGE
+    )
+    context["bundles"] = bundles[:BUNDLES_PER_PAGE]
+    has_older = len(bundles) > BUNDLES_PER_PAGE
+    context["next_cursor"] = encode_cursor(bundles[BUNDLES_PER_PAGE - 1].pk) if has_older else None
+    if request.method == "GET" and wants_partial(request):
+        return render(request, "audits/bundles.html#bundle-page", context)
     return render(request, "audits/bundles.html", context, status=status)
 
 

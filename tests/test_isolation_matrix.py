@@ -17,7 +17,8 @@ globex:
   a sentence saying what to send. globex's own key without the operation's scope: 403 naming the
   scope. acme's key with every scope: globex's object is answered exactly as an object that never
   existed (404, never 403: no enumeration); operations that name no object act in acme alone.
-- Pages. Anonymous callers and agent keys (Bearer, no session) are sent to the login page. acme's
+- Pages. Anonymous callers and agent keys (Bearer, no session) are sent to the login page, with
+  `next` the page asked for (for a POST-only URL, the object's page that posts to it). acme's
   admin (a member of acme only) gets for globex's object, asked for under globex's URL or under
   acme's, plain or as htmx, the same 404 as for an object that never existed, and lists without
   globex's rows (nor globex's asks in the inbox badge). A globex member whose role may not do it
@@ -395,6 +396,9 @@ class PageCase:
     data: Callable[[Target], dict[str, Any]] | None = None  # the form posted
     query: dict[str, str] | None = None
     others: int = 403  # what globex's other roles get (always without writing anything)
+    # A POST-only page sends a signed-out caller to sign in and then to the object's page (url
+    # name, reverse() kwargs), since a GET of the POST-only URL would be a 405; others to itself.
+    returns_to: tuple[str, Callable[[Target], dict[str, Any]]] | None = None
 
     def call(self, target: Target) -> Call:
         path = reverse(self.name, kwargs=self.kwargs(target))
@@ -476,11 +480,37 @@ PAGES: dict[str, PageCase] = {
         P("artifacts:retention", "POST", _project, GONE, (ADMIN,), (ADMIN, 302), data=lambda t: RETENTION),
         P("artifacts:artifact-detail", "GET", _artifact, GONE, EVERY_ROLE, (AUDITOR, 200), f"{MARK}payload"),
         P("artifacts:download", "GET", _artifact, GONE, EVERY_ROLE, (AUDITOR, 200), f"{MARK}payload"),
-        P("artifacts:hold", "POST", _artifact, GONE, (AUDITOR, ADMIN), (AUDITOR, 302), data=lambda t: {"reason": "r"}),
-        P("artifacts:hold-release", "POST", _hold, GONE, (AUDITOR, ADMIN), (AUDITOR, 302)),
+        P(
+            "artifacts:hold",
+            "POST",
+            _artifact,
+            GONE,
+            (AUDITOR, ADMIN),
+            (AUDITOR, 302),
+            data=lambda t: {"reason": "r"},
+            returns_to=("artifacts:artifact-detail", _artifact),
+        ),
+        P(
+            "artifacts:hold-release",
+            "POST",
+            _hold,
+            GONE,
+            (AUDITOR, ADMIN),
+            (AUDITOR, 302),
+            returns_to=("artifacts:artifact-detail", _artifact),
+        ),
         P("asks:inbox", "GET", _no_kwargs, LIST, EVERY_ROLE, (APPROVER, 200), MARK),
         P("asks:ask-detail", "GET", _ask, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
-        P("asks:ask-decide", "POST", _ask, GONE, (APPROVER, ADMIN), (APPROVER, 302), data=lambda t: DECLINE),
+        P(
+            "asks:ask-decide",
+            "POST",
+            _ask,
+            GONE,
+            (APPROVER, ADMIN),
+            (APPROVER, 302),
+            data=lambda t: DECLINE,
+            returns_to=("asks:ask-detail", _ask),
+        ),
         P("refusals:refusal-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("refusals:refusal-detail", "GET", _refusal, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("audits:bundle-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), GLOBEX_RUN),
@@ -530,12 +560,19 @@ class Findings(list[str]):
         assert not self, f"{what}:\n  - " + "\n  - ".join(self)
 
 
-def _is_login_redirect(response: HttpResponse, call: Call) -> bool:
+def _is_login_redirect(response: HttpResponse, returns_to: str) -> bool:
     if response.status_code != 302:
         return False
     location = urlsplit(response["Location"])
-    asked = call.path + (f"?{urlencode(call.query)}" if call.query else "")
-    return location.path == LOGIN and parse_qs(location.query).get("next") == [asked]
+    return location.path == LOGIN and parse_qs(location.query).get("next") == [returns_to]
+
+
+def _returns_to(case: PageCase, call: Call, target: Target) -> str:
+    """Where signing in leads back to: the page asked for, or the object's page for a POST-only URL."""
+    if case.returns_to is not None:
+        name, kwargs = case.returns_to
+        return reverse(name, kwargs=kwargs(target))
+    return call.path + (f"?{urlencode(call.query)}" if call.query else "")
 
 
 def with_htmx(call: Call) -> Call:
@@ -704,7 +741,10 @@ def test_page_isolation(world: World, page: str) -> None:
 
     for who, caller in (("anonymous", "anonymous"), ("globex's agent key (Bearer, no session)", "globex")):
         response = send(world.callers[caller], call)
-        findings.check(_is_login_redirect(response, call), f"{who}: wanted the login redirect, got {_show(response)}")
+        returns_to = _returns_to(case, call, world.globex_target)
+        findings.check(
+            _is_login_redirect(response, returns_to), f"{who}: wanted the login redirect, got {_show(response)}"
+        )
         findings.no_leak(who, response, world, call)
 
     # acme's admin aims at globex's objects: (target, the same with ids that never existed).
