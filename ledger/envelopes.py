@@ -65,7 +65,38 @@ class Event:
 def parse_stream_json(body: bytes) -> Any:
     """An event stream (events, recordings), read as the framework's JavaScript reads JSON: a
     repeated key keeps its last value. Only the canonical form of what was read is hashed, so the
-    ledger is unambiguous; the framework's JSON.stringify never writes a key twice anyway."""
+    ledger is unambiguous; the framework's JSON.stringify never writes a key twice anyway.
+
+    A lone UTF-16 surrogate escape (`\\ud83d` alone: JSON.stringify writes half an emoji cut from
+    a string so) is read as U+FFFD: UTF-8, and so the stored bytes, cannot carry it, and refusing
+    it would drop the agent's whole batch for one character."""
+    try:
+        return _read_json(body)
+    except MalformedBody as exc:
+        if not is_lone_surrogate_refusal(exc):
+            raise
+    try:
+        document = loads_keeping_lone_surrogates(body.decode("utf-8"))
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
+        raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+    if _nests_deeper_than(document, MAX_DEPTH):
+        raise _too_deep()
+    return _without_lone_surrogates(document)
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return LONE_SURROGATES.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _read_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -75,7 +106,7 @@ def parse_stream_json(body: bytes) -> Any:
 def parse_json(body: bytes) -> Any:
     """Any other JSON body (asks, decisions, bundles, artifacts, scopes): a key given twice in
     one object is refused, since two readers could take two different meanings from it."""
-    document = parse_stream_json(body)
+    document = _read_json(body)
     try:
         orjson.dumps(document)  # what is read must be writable back: orjson stops at MAX_DEPTH levels
         json.loads(body, object_pairs_hook=_unique_keys)
@@ -180,6 +211,7 @@ def text_copy(value: Any) -> Any:
 
 
 UNSTORABLE_CHARACTERS: Final = re.compile(r"[\x00\ud800-\udfff]")  # re reads the escapes: no surrogate in the source
+LONE_SURROGATES: Final = re.compile(r"[\ud800-\udfff]")
 
 
 def replace_nul(value: Any) -> Any:

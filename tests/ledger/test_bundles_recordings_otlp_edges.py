@@ -632,3 +632,47 @@ def test_recording_snapshot_row_with_null_after_stores_json_null_and_absent_befo
             [run_id],
         )
         assert cur.fetchone() == (True, "null")
+
+
+# --- a lone surrogate in an event stream ----------------------------------------------------------
+
+
+def _with_lone_surrogate(document: Any) -> bytes:
+    """As JSON.stringify writes a string holding half an emoji: the escape \\ud83d alone."""
+    return json.dumps(document).replace("@@HALF@@", "\\ud83d").encode()
+
+
+def test_an_event_holding_half_an_emoji_is_stored_with_u_fffd_and_its_batch_is_kept(agent_client):
+    """One lone surrogate (a tool result cut mid-emoji) must not cost the agent its whole batch:
+    UTF-8 cannot carry it, so it is stored as U+FFFD; the chain verifies and a re-send is a duplicate."""
+    events = [_event(0, payload={"result": "ok 👍"}), _event(1, payload={"result": "cut @@HALF@@", "@@HALF@@": 1})]
+    body = _with_lone_surrogate({"events": events})
+
+    response = agent_client.post("/api/v1/events", body, content_type="application/json")
+
+    assert response.status_code == 200, response.content[:300]
+    assert response.json()["runs"][0]["accepted"] == 2
+    stored = json.loads(RunEvent.objects.get(run__run_id="run-r", seq=1).body)
+    assert stored["payload"] == {"result": "cut \ufffd", "\ufffd": 1}
+    assert _verify(agent_client, "run-r") == {"valid": True, "recordsChecked": 2}
+    again = agent_client.post("/api/v1/events", body, content_type="application/json").json()["runs"][0]
+    assert (again["accepted"], again["duplicates"]) == (0, 2)
+
+
+def test_a_recording_holding_half_an_emoji_is_stored(agent_client):
+    run_id, envelope = _paused_run_recording([_transform_row(before="name: Zoë @@HALF@@", after="name: [name]")])
+
+    response = agent_client.post("/api/v1/recordings", _with_lone_surrogate(envelope), content_type="application/json")
+
+    assert response.status_code == 201, response.content[:300]
+    assert Recording.objects.filter(run__run_id=run_id).count() == 1
+
+
+def test_other_bodies_still_refuse_a_lone_surrogate_and_bundles_keep_it(agent_client):
+    """Only event streams read it as U+FFFD: an ask or decision body is refused (400), as before."""
+    body = _with_lone_surrogate({"runId": "run-q", "pauseData": {"toolCallId": "q1", "question": "@@HALF@@"}})
+
+    response = agent_client.post("/api/v1/asks", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert "surrogate" in response.json()["error"]
