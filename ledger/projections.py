@@ -40,6 +40,13 @@ def _str(payload: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
+def _call_id(payload: dict[str, Any]) -> str | None:
+    # Only a string is a tool call id, as the event rows hold it (ingest's `_tool_call_id`): a
+    # call projected under "7" would find none of its events, which hold no id for the number 7.
+    value = payload.get("toolCallId")
+    return value if isinstance(value, str) else None
+
+
 # The largest whole numbers the projections keep: iterations go to int4 columns and per-call token
 # counts are summed into a run's bigint ones; a duration may be any number JavaScript holds exactly.
 # A number beyond is not a count or a duration the framework wrote: the column stays NULL (the
@@ -134,7 +141,7 @@ Projector = Callable[[Projection, Event, dict[str, Any]], None]
 
 
 def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
-    call_id = _str(payload, "toolCallId")
+    call_id = _call_id(payload)
     if call_id is None:
         return
     row = p.tool_call(e.run_id, call_id)
@@ -143,7 +150,7 @@ def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
 
 
 def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
-    call_id = _str(payload, "toolCallId")
+    call_id = _call_id(payload)
     if call_id is None:
         return
     p.tool_call(e.run_id, call_id).update(
@@ -190,7 +197,7 @@ def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "at"),
             _str(payload, "phase"),
             _str(payload, "toolName"),
-            _str(payload, "toolCallId"),
+            _call_id(payload),
             _int(payload, "iteration"),
             outcome,
             _bool(payload, "changed"),
@@ -206,7 +213,7 @@ def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "middleware"),
             _str(payload, "why"),
             tool_name=_str(payload, "toolName"),
-            tool_call_id=_str(payload, "toolCallId"),
+            tool_call_id=_call_id(payload),
             iteration=_int(payload, "iteration"),
         )
 
@@ -247,7 +254,7 @@ def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "kind") or "",
             outcome,
             _str(payload, "toolName"),
-            _str(payload, "toolCallId"),
+            _call_id(payload),
             _int(payload, "iteration"),
             _str(payload, "targetSkillId"),
             _str(payload, "reason"),
@@ -266,7 +273,7 @@ def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "kind"),
             reason,
             tool_name=_str(payload, "toolName"),
-            tool_call_id=_str(payload, "toolCallId"),
+            tool_call_id=_call_id(payload),
             iteration=_int(payload, "iteration"),
         )
 
@@ -286,11 +293,18 @@ def _refusal_of(
                 _str(payload, rule_key),
                 reason(payload),
                 tool_name=_str(payload, tool_key),
-                tool_call_id=_str(payload, "toolCallId"),
+                tool_call_id=_call_id(payload),
                 iteration=_int(payload, "iteration"),
             )
 
     return project
+
+
+def _issue_path(path: Any) -> str:
+    # A JSON path is a list of keys and indexes; anything else is shown as it came.
+    if isinstance(path, list):
+        return ".".join(map(str, path)) or "(root)"
+    return "(root)" if path is None else str(path)
 
 
 def _issues_text(payload: dict[str, Any]) -> str:
@@ -298,7 +312,7 @@ def _issues_text(payload: dict[str, Any]) -> str:
     if not isinstance(issues, list):
         return "arguments did not match the tool's input schema"
     parts = [
-        f"{'.'.join(map(str, i.get('path') or [])) or '(root)'}: expected {i.get('expected')}, got {i.get('got')}"
+        f"{_issue_path(i.get('path'))}: expected {i.get('expected')}, got {i.get('got')}"
         if isinstance(i, dict)
         else str(i)
         for i in issues
@@ -322,7 +336,7 @@ def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             by,
             reason,
             tool_name=_str(payload, "toolName"),
-            tool_call_id=_str(payload, "toolCallId"),
+            tool_call_id=_call_id(payload),
             iteration=_int(payload, "iteration"),
         )
 

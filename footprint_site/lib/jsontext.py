@@ -11,7 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-INT64 = range(-(2**63), 2**63)
+# The integers orjson reads as integers (int64 and uint64); beyond, it reads the nearest double.
+ORJSON_INTEGERS = range(-(2**63), 2**64)
 
 
 def is_lone_surrogate_refusal(error: Exception) -> bool:
@@ -22,9 +23,9 @@ def is_lone_surrogate_refusal(error: Exception) -> bool:
 def loads_keeping_lone_surrogates(
     text: str, *, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
 ) -> Any:
-    """Python's reader with orjson's refusals: NaN and Infinity, numbers beyond a double, and
-    integers beyond 64 bits read as the nearest double, as orjson reads them. Raises ValueError
-    (and RecursionError for nesting Python cannot follow)."""
+    """Python's reader with orjson's refusals (NaN and Infinity, numbers beyond a double), reading
+    integers beyond int64 and uint64 as the nearest double, as orjson does, so both readers read
+    one text the same way. Raises ValueError (and RecursionError for nesting Python cannot follow)."""
     return json.loads(
         text,
         object_pairs_hook=object_pairs_hook,
@@ -47,4 +48,4 @@ def _finite_float(text: str) -> float:
 
 def _int_as_orjson_reads_it(text: str) -> int | float:
     value = int(text)
-    return value if value in INT64 else _finite_float(text)
+    return value if value in ORJSON_INTEGERS else _finite_float(text)
