@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
@@ -36,3 +38,17 @@ def healthz(request: HttpRequest) -> HttpResponse:
         },
         status=200 if database == "ok" else 503,
     )
+
+
+class HealthzFirstMiddleware:
+    """/healthz answered before host validation and the https redirect: a container's or a load
+    balancer's probe asks by IP over plain HTTP, which ALLOWED_HOSTS and SECURE_SSL_REDIRECT refuse,
+    and a healthy server would look down."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path == "/healthz":
+            return healthz(request)
+        return self.get_response(request)

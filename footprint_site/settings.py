@@ -35,7 +35,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env.str("FOOTPRINT_DATA_DIR", default=str(BASE_DIR / ".data")))
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure" if DEBUG else "")
+# `make run` keeps the key it made in DATA_DIR, so manage.py commands beside it find it too.
+_SECRET_KEY_FILE = DATA_DIR / "secret-key"
+_KEPT_SECRET_KEY = _SECRET_KEY_FILE.read_text().strip() if _SECRET_KEY_FILE.is_file() else ""
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=_KEPT_SECRET_KEY or ("dev-only-insecure" if DEBUG else ""))
 if not SECRET_KEY:
     raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG is off")
 # Earlier copies of .env.example held a public placeholder; it signs sessions and chain anchors.
@@ -63,6 +66,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "footprint_site.health.HealthzFirstMiddleware",  # first: probes ask by IP, over plain HTTP
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "footprint_site.middleware.RequestHygieneMiddleware",

@@ -12,14 +12,20 @@ import http.client
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 MAX_RESTARTS_PER_MINUTE = 5
 PYTHON = sys.executable
+
+
+class NotStarted(Exception):
+    """Why the stack cannot start, in a sentence; nothing was started."""
 
 
 def _environment() -> dict[str, str]:
@@ -35,7 +41,19 @@ def _environment() -> dict[str, str]:
     # Served over plain HTTP on this machine: Secure cookies would never come back, https redirects fail.
     env.setdefault("DJANGO_HTTPS", "0")
     env.setdefault("PORT", "8000")
+    if not env["PORT"].isdigit() or not 0 < int(env["PORT"]) < 65536:
+        raise NotStarted(f"PORT={env['PORT']!r}: give a TCP port number from 1 to 65535.")
     return env
+
+
+def _refuse_a_taken_port(host: str, port: int) -> None:
+    """Before anything starts: gunicorn would fail to bind only after the worker, beat and the
+    embedded PostgreSQL were up, and the announcement would name whatever answers there."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise NotStarted(f"{host}:{port} is taken ({exc.strerror}): stop what serves there, or set PORT.") from None
 
 
 def _manage(env: dict[str, str], *args: str) -> str:
@@ -59,10 +77,64 @@ def _answers(host: str, port: int) -> bool:
 
 
 def main() -> int:
-    env = _environment()
-    embedded = not env.get("DATABASE_URL")
+    try:
+        env = _environment()
+        host, port = env.get("HOST", "127.0.0.1"), int(env["PORT"])
+        _refuse_a_taken_port(host, port)
+    except NotStarted as exc:
+        print(f"make run: {exc}", file=sys.stderr, flush=True)
+        return 1
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    # From the start, and the terminal closing (SIGHUP) too: every service runs in a session of its
+    # own, so whatever this process does not stop outlives it.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    pgdata = Path(env["FOOTPRINT_DATA_DIR"]) / "postgres"
+    # Stopped at the end only if this run started it: another `make run` of this checkout may use it.
+    embedded = not env.get("DATABASE_URL") and not _postgres_running(pgdata)
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        return _serve(env, host, port, processes, lambda: stopping)
+    except subprocess.CalledProcessError as exc:
+        if stopping:  # Ctrl-C while preparing: the command it interrupted says so
+            return 130
+        print(f"make run: `{' '.join(map(str, exc.cmd[1:]))}` failed ({exc.returncode}); see above.", flush=True)
+        return 1
+    finally:
+        _stop_services(processes)
+        if embedded:
+            from footprint_site.embedded_postgres import stop as stop_postgres
+
+            stop_postgres(pgdata)
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            print("Stopped.", flush=True)
+
+
+def _postgres_running(pgdata: Path) -> bool:
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):  # no file, an empty one, or no such process
+        return False
+    return True
+
+
+def _serve(
+    env: dict[str, str],
+    host: str,
+    port: int,
+    processes: dict[str, subprocess.Popen[bytes]],
+    stopping: Callable[[], bool],
+) -> int:
     print(
-        "Preparing the database" + (" (embedded PostgreSQL under .data/postgres)" if embedded else "") + "…",
+        "Preparing the database"
+        + (" (embedded PostgreSQL under .data/postgres)" if not env.get("DATABASE_URL") else "")
+        + "…",
         flush=True,
     )
     _manage(env, "migrate", "--no-input")
@@ -80,23 +152,15 @@ def main() -> int:
     def start(name: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(commands[name], cwd=BASE_DIR, env=env, start_new_session=True)
 
-    processes = {name: start(name) for name in commands}
+    for name in commands:
+        if not stopping():
+            processes[name] = start(name)
     restarts: list[float] = []
-    host = env.get("HOST", "127.0.0.1")
     announced = False  # the URL, login and key are printed once the web server answers
-    stopping = False
-
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    exit_code = 0
-    while not stopping:
-        if not announced and _answers(host, int(env["PORT"])):
+    while not stopping():
+        if not announced and _answers(host, port):
             print(
-                f"\nFootprint ledger is running at http://{host}:{env['PORT']}/\n{demo}Press Ctrl-C to stop it.\n",
+                f"\nFootprint ledger is running at http://{host}:{port}/\n{demo}Press Ctrl-C to stop it.\n",
                 flush=True,
             )
             announced = True
@@ -109,12 +173,14 @@ def main() -> int:
             restarts[:] = [t for t in restarts if time.monotonic() - t < 60] + [time.monotonic()]
             if name == "web" or len(restarts) > MAX_RESTARTS_PER_MINUTE:
                 print(f"{name} exited with {process.returncode}; stopping everything.", flush=True)
-                stopping, exit_code = True, 1
-                break
+                return 1
             print(f"{name} exited with {process.returncode}; starting it again.", flush=True)
             processes[name] = start(name)
         time.sleep(0.5)
+    return 0
 
+
+def _stop_services(processes: dict[str, subprocess.Popen[bytes]]) -> None:
     # SIGTERM to each service's main process, which stops its own workers: signalling the whole
     # group would kill Celery's pool under it, which it logs as errors. Then whatever is left of
     # the group (a service that did not stop in time, a worker that outlived its parent) is killed.
@@ -127,12 +193,6 @@ def main() -> int:
         with contextlib.suppress(ProcessLookupError):  # nothing left: the usual case
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    if embedded:
-        from footprint_site.embedded_postgres import stop as stop_postgres
-
-        stop_postgres(Path(env["FOOTPRINT_DATA_DIR"]) / "postgres")
-    print("Stopped.", flush=True)
-    return exit_code
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ scope, throttled sign-ins, and beat passes that do not pile up behind a stopped 
 
 import os
 import re
+import runpy
 import subprocess
 import sys
 from io import StringIO
@@ -177,3 +178,51 @@ def test_every_beat_pass_expires_when_the_next_is_due(settings: Any) -> None:
     """With the worker down and the broker up, passes would pile up and then run back to back."""
     for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
         assert entry["options"]["expires"] == entry["schedule"], name
+
+
+# --- deployment ----------------------------------------------------------------------------------
+
+
+def _env_example() -> dict[str, str]:
+    lines = (ROOT / ".env.example").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def test_gunicorn_conf_loads_with_the_values_of_env_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker compose's `env_file: .env` (copied from .env.example) sets an empty variable to ""."""
+    for key, value in _env_example().items():
+        monkeypatch.setenv(key, value)
+
+    conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+
+    assert conf["workers"] >= 2
+    assert conf["threads"] == 4
+
+
+@pytest.mark.parametrize("https", [False, True])
+def test_healthz_answers_a_probe_by_ip_over_plain_http(settings: Any, https: bool) -> None:
+    """A container's or load balancer's probe asks 127.0.0.1 over HTTP; production names its real
+    host in ALLOWED_HOSTS and redirects to https: neither may turn a healthy server "unhealthy"."""
+    settings.ALLOWED_HOSTS = ["ledger.example.com"]
+    settings.SECURE_SSL_REDIRECT = https
+
+    answer = Client().get("/healthz", HTTP_HOST="127.0.0.1:8000")
+
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["database"] == "ok"
+
+
+def test_manage_py_beside_make_run_finds_the_secret_key_it_kept(tmp_path: Path) -> None:
+    """`make run` keeps its key in DATA_DIR/secret-key; the README's manage.py commands run beside it."""
+    (tmp_path / "secret-key").write_text("kept-by-make-run-" + "k" * 40)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FOOTPRINT_"))}
+    environment.update(DJANGO_SETTINGS_MODULE="footprint_site.settings", FOOTPRINT_DATA_DIR=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.strip() == "kept-by-make-run-" + "k" * 40, result.stderr[-2000:]

@@ -4,6 +4,7 @@ dies is started again, and Ctrl-C stops everything it started."""
 import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,3 +103,65 @@ def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database
         for process in started:
             if process.is_running():
                 process.kill()
+
+
+def _stack_env(database_url: str, tmp_path: Path, port: int | str) -> dict[str, str]:
+    env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "FOOTPRINT_DATA_DIR": str(tmp_path / "data")}
+    env.pop("DJANGO_SECRET_KEY", None)
+    return env
+
+
+def test_make_run_stops_everything_when_its_terminal_goes_away(database_url: str, tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed, ssh dropped) stops the services as Ctrl-C does: each runs in a
+    session of its own, so nothing else would stop them."""
+    output = tmp_path / "stack.log"
+    with output.open("wb") as out:
+        stack = subprocess.Popen(
+            [sys.executable, "-m", "footprint_site.stack"],
+            cwd=PROJECT_ROOT,
+            env=_stack_env(database_url, tmp_path, free_port()),
+            stdout=out,
+            stderr=out,
+        )
+    started: list[psutil.Process] = []
+    try:
+        _wait_for(output, "is running at", stack)
+        started = psutil.Process(stack.pid).children(recursive=True)
+
+        stack.send_signal(signal.SIGHUP)
+
+        assert stack.wait(timeout=60) == 0
+        assert not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if stack.poll() is None:
+            stack.kill()
+            stack.wait()
+        for process in started:
+            if process.is_running():
+                process.kill()
+
+
+@pytest.mark.parametrize(
+    ("port", "says"),
+    [("taken", "is taken"), ("87x5", "PORT='87x5'"), ("70000", "PORT='70000'")],
+)
+def test_make_run_refuses_a_port_it_cannot_serve_before_starting_anything(tmp_path: Path, port: str, says: str) -> None:
+    """A taken port once announced whatever answered there (with the demo login and key) and left
+    the worker and beat running when gunicorn failed to bind; a bad PORT crashed them loose."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        if port == "taken":
+            port = str(holder.getsockname()[1])
+        result = subprocess.run(
+            [sys.executable, "-m", "footprint_site.stack"],
+            cwd=PROJECT_ROOT,
+            env=_stack_env("postgres://nobody@127.0.0.1:1/none", tmp_path, port),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert says in result.stderr, result.stderr
+    assert "is running at" not in result.stdout
+    assert "Preparing" not in result.stdout  # nothing was started
