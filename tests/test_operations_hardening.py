@@ -226,3 +226,30 @@ def test_manage_py_beside_make_run_finds_the_secret_key_it_kept(tmp_path: Path) 
         timeout=120,
     )
     assert result.stdout.strip() == "kept-by-make-run-" + "k" * 40, result.stderr[-2000:]
+
+
+def test_the_embedded_postgresql_refuses_a_data_dir_too_long_for_its_socket(tmp_path: Path) -> None:
+    """With trust authentication the socket must stay behind the data directory's permissions; a
+    path too long for it there would have put it in a world-writable folder, open to every user."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from footprint_site.embedded_postgres import embedded_database_settings
+
+    too_long = tmp_path / ("d" * 120) / "postgres"
+    with pytest.raises(ImproperlyConfigured, match="FOOTPRINT_DATA_DIR"):
+        embedded_database_settings(too_long)
+    assert not too_long.exists()
+
+
+def test_a_postmaster_pid_naming_another_process_is_forgotten(tmp_path: Path) -> None:
+    """After a crash or reboot the PID in postmaster.pid may belong to another process now."""
+    from footprint_site.embedded_postgres import _forget_a_pid_file_of_another_process
+
+    pid_file = tmp_path / "postmaster.pid"
+    with subprocess.Popen(["sleep", "30"]) as sleeper:
+        try:
+            pid_file.write_text(f"{sleeper.pid}\n{tmp_path}\n")
+            _forget_a_pid_file_of_another_process(tmp_path)
+        finally:
+            sleeper.kill()
+    assert not pid_file.exists()
