@@ -89,21 +89,19 @@ def test_admin_cannot_create_a_webhook_endpoint_without_a_signing_secret(
 # --- settings --------------------------------------------------------------------------------------
 
 
-def _settings_start(tmp_path: Path, secret_key: str) -> subprocess.CompletedProcess[str]:
+def _settings_start(
+    tmp_path: Path, secret_key: str | None, code: str = "import django; django.setup(); print('started')"
+) -> subprocess.CompletedProcess[str]:
+    """Production settings (DEBUG off) in a fresh interpreter, DATA_DIR at `tmp_path`; no
+    DJANGO_SECRET_KEY at all when `secret_key` is None."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FOOTPRINT_"))}
     environment.update(
-        DJANGO_SETTINGS_MODULE="footprint_site.settings",
-        DJANGO_DEBUG="0",
-        DJANGO_SECRET_KEY=secret_key,
-        FOOTPRINT_DATA_DIR=str(tmp_path),
+        DJANGO_SETTINGS_MODULE="footprint_site.settings", DJANGO_DEBUG="0", FOOTPRINT_DATA_DIR=str(tmp_path)
     )
+    if secret_key is not None:
+        environment["DJANGO_SECRET_KEY"] = secret_key
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); print('started')"],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120
     )
 
 
@@ -215,16 +213,9 @@ def test_healthz_answers_a_probe_by_ip_over_plain_http(settings: Any, https: boo
 def test_manage_py_beside_make_run_finds_the_secret_key_it_kept(tmp_path: Path) -> None:
     """`make run` keeps its key in DATA_DIR/secret-key; the README's manage.py commands run beside it."""
     (tmp_path / "secret-key").write_text("kept-by-make-run-" + "k" * 40)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FOOTPRINT_"))}
-    environment.update(DJANGO_SETTINGS_MODULE="footprint_site.settings", FOOTPRINT_DATA_DIR=str(tmp_path))
-    result = subprocess.run(
-        [sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    result = _settings_start(tmp_path, None, "from django.conf import settings; print(settings.SECRET_KEY)")
+
     assert result.stdout.strip() == "kept-by-make-run-" + "k" * 40, result.stderr[-2000:]
 
 
