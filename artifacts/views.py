@@ -86,7 +86,9 @@ def artifact_list(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
         "states": selectors.PAGE_STATES,
         "is_admin": role == Membership.Role.ADMIN,
         "next_cursor": encode_cursor(rows[PER_PAGE - 1].pk) if len(rows) > PER_PAGE else None,
-        "sweeps": SweepRun.objects.order_by("-started_at")[:5],
+        # A sweep covers every project's store: its figures are the operators' (superusers), not
+        # a project's members', who would read other tenants' activity in them.
+        "sweeps": SweepRun.objects.order_by("-started_at")[:5] if signed_in_user(request).is_superuser else None,
     }
     template = "artifacts/artifact_list.html" + ("#artifact-page" if wants_partial(request) else "")
     return render(request, template, context)

@@ -315,3 +315,22 @@ def test_stored_bundles_beyond_the_first_hundred_can_be_reached(
     rows = client.get(older_url, HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in rows
     assert rows.count('class="bundle-row"') == 1
+
+
+def test_the_server_wide_sweep_figures_are_shown_to_superusers_only(
+    auditor_client: Client, project: Project, django_user_model: Any
+) -> None:
+    """A sweep covers every project's store: a project's members must not read other tenants'
+    activity in its counts; the operators (superusers) see them."""
+    from datetime import UTC, datetime
+
+    from artifacts.models import SweepRun
+
+    now = datetime.now(UTC)
+    SweepRun.objects.create(started_at=now, finished_at=now, metadata_rows=987654, payload_bytes=1)
+    page = f"/projects/{project.slug}/artifacts/"
+
+    assert "987654" not in auditor_client.get(page).content.decode()
+    operator = Client()
+    operator.force_login(django_user_model.objects.create_superuser("ops", "ops@example.com", "pw-ops"))
+    assert "987654" in operator.get(page).content.decode()
