@@ -83,17 +83,7 @@ def parse_stream_json(body: bytes) -> Any:
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
     if _nests_deeper_than(document, MAX_DEPTH):
         raise _too_deep()
-    return _without_lone_surrogates(document)
-
-
-def _without_lone_surrogates(value: Any) -> Any:
-    if isinstance(value, str):
-        return LONE_SURROGATES.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_without_lone_surrogates(v) for v in value]
-    if isinstance(value, dict):
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
-    return value
+    return _replaced(document, LONE_SURROGATES)  # U+0000 is kept: the canonical bytes escape it
 
 
 def _read_json(body: bytes) -> Any:
@@ -201,12 +191,17 @@ def text_copy(value: Any) -> Any:
     pages and JSON answers can hold (a bundle's bytes keep the truth). For values read by
     `parse_json_keeping_lone_surrogates`; what orjson read holds no lone surrogate, and
     `replace_nul` (a plain replace, on the ingestion hot path) is all it needs."""
+    return _replaced(value, UNSTORABLE_CHARACTERS)
+
+
+def _replaced(value: Any, characters: re.Pattern[str]) -> Any:
+    """The value with every one of `characters`, in keys and strings alike, replaced by U+FFFD."""
     if isinstance(value, str):
-        return UNSTORABLE_CHARACTERS.sub("\ufffd", value)
+        return characters.sub("\ufffd", value)
     if isinstance(value, list):
-        return [text_copy(v) for v in value]
+        return [_replaced(v, characters) for v in value]
     if isinstance(value, dict):
-        return {text_copy(k): text_copy(v) for k, v in value.items()}
+        return {_replaced(k, characters): _replaced(v, characters) for k, v in value.items()}
     return value
 
 

@@ -61,19 +61,33 @@ def _celery_worker(stack_pid: int, other_than: int | None = None) -> psutil.Proc
     pytest.fail(f"the stack has no single Celery worker after {TIMEOUT_SECONDS}s")
 
 
-def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
-    output = tmp_path / "stack.log"
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "PORT": str(free_port()),
-        "FOOTPRINT_DATA_DIR": str(tmp_path / "data"),
-    }
+def _stack_env(database_url: str, tmp_path: Path, port: int | str) -> dict[str, str]:
+    env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "FOOTPRINT_DATA_DIR": str(tmp_path / "data")}
     env.pop("DJANGO_SECRET_KEY", None)  # the stack makes and keeps its own, as on a fresh machine
+    return env
+
+
+def _start_stack(env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
     with output.open("wb") as out:
-        stack = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "footprint_site.stack"], cwd=PROJECT_ROOT, env=env, stdout=out, stderr=out
         )
+
+
+def _kill_leftovers(stack: subprocess.Popen[bytes], started: list[psutil.Process]) -> None:
+    """After a failed test: nothing it started may outlive it."""
+    if stack.poll() is None:
+        stack.kill()
+        stack.wait()
+    for process in started:
+        if process.is_running():
+            process.kill()
+
+
+def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "stack.log"
+    env = _stack_env(database_url, tmp_path, free_port())
+    stack = _start_stack(env, output)
     started: list[psutil.Process] = []
     try:
         _wait_for(output, "is running at", stack)
@@ -97,32 +111,14 @@ def test_make_run_restarts_a_dead_worker_and_stops_everything_on_ctrl_c(database
         assert "Stopped." in output.read_text()
         assert not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     finally:
-        if stack.poll() is None:
-            stack.kill()
-            stack.wait()
-        for process in started:
-            if process.is_running():
-                process.kill()
-
-
-def _stack_env(database_url: str, tmp_path: Path, port: int | str) -> dict[str, str]:
-    env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "FOOTPRINT_DATA_DIR": str(tmp_path / "data")}
-    env.pop("DJANGO_SECRET_KEY", None)
-    return env
+        _kill_leftovers(stack, started)
 
 
 def test_make_run_stops_everything_when_its_terminal_goes_away(database_url: str, tmp_path: Path) -> None:
     """SIGHUP (the terminal closed, ssh dropped) stops the services as Ctrl-C does: each runs in a
     session of its own, so nothing else would stop them."""
     output = tmp_path / "stack.log"
-    with output.open("wb") as out:
-        stack = subprocess.Popen(
-            [sys.executable, "-m", "footprint_site.stack"],
-            cwd=PROJECT_ROOT,
-            env=_stack_env(database_url, tmp_path, free_port()),
-            stdout=out,
-            stderr=out,
-        )
+    stack = _start_stack(_stack_env(database_url, tmp_path, free_port()), output)
     started: list[psutil.Process] = []
     try:
         _wait_for(output, "is running at", stack)
@@ -133,12 +129,7 @@ def test_make_run_stops_everything_when_its_terminal_goes_away(database_url: str
         assert stack.wait(timeout=60) == 0
         assert not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     finally:
-        if stack.poll() is None:
-            stack.kill()
-            stack.wait()
-        for process in started:
-            if process.is_running():
-                process.kill()
+        _kill_leftovers(stack, started)
 
 
 @pytest.mark.parametrize(

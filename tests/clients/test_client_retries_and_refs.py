@@ -11,37 +11,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from footprint_client import Client, EventSender, FootprintError  # on sys.path from tests/clients/conftest.py
 
-from ledger.models import AgentKey, Project, RunEvent
-from ledger.services import agent_key_create
+from ledger.models import RunEvent
+from tests.clients.conftest import SCOPE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-CLIENT_SOURCE = PROJECT_ROOT / "clients" / "python"
 OBSERVER = PROJECT_ROOT / "static" / "js" / "footprint-observer.js"
-if str(CLIENT_SOURCE) not in sys.path:
-    sys.path.insert(0, str(CLIENT_SOURCE))
 
-from footprint_client import Client, EventSender, FootprintError  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SCOPE = {"tenant": "acme-eu", "principal": "user-7", "conversationId": "conv-1"}
-
-
-@pytest.fixture
-def secret(project: Project) -> str:
-    return agent_key_create(project=project, scopes=list(AgentKey.Scope.values))[1]
-
-
-@pytest.fixture
-def client(live_server: Any, secret: str) -> Client:
-    return Client(live_server.url, secret, timeout=30, retries=2, backoff=0.05)
 
 
 def _event(run_id: str, i: int, type_: str = "custom.note") -> dict[str, Any]:

@@ -1,13 +1,12 @@
 """The Python client (clients/python) against a real server: live_server, and for the restart test a
 real gunicorn in a subprocess. Nothing of the client's HTTP layer or of the database is mocked.
 
-The package is imported from its source directory (added to sys.path below) so `make test` needs
-no install step; `pip install ./clients/python` installs the same module.
+The package is imported from its source directory (tests/clients/conftest.py puts it on sys.path),
+so `make test` needs no install step; `pip install ./clients/python` installs the same module.
 """
 
 import signal
 import socket
-import sys
 import threading
 import time
 import urllib.error
@@ -17,36 +16,20 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from footprint_client import Client, EventSender, FootprintError, Receipt  # on sys.path from tests/clients/conftest.py
 
 from artifacts.scopes import Scope
 from artifacts.services import artifact_corrupt, store_for_project
-from ledger.models import AgentKey, Ask, Project, Run, RunEvent
-from ledger.services import agent_key_create, ask_decide
+from ledger.models import Ask, Project, Run, RunEvent
+from ledger.services import ask_decide
+from tests.clients.conftest import SCOPE
 from tests.conftest import fixture_events, load_fixture
 from tests.servers import Gunicorn, free_port
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-CLIENT_SOURCE = PROJECT_ROOT / "clients" / "python"
-if str(CLIENT_SOURCE) not in sys.path:
-    sys.path.insert(0, str(CLIENT_SOURCE))
-
-from footprint_client import Client, EventSender, FootprintError, Receipt  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 A_EVENTS: list[dict[str, Any]] = load_fixture("a-run-recording/events.json")["events"]
 A_RUN = "run-1796043007829-1"
-SCOPE = {"tenant": "acme-eu", "principal": "user-7", "conversationId": "conv-1"}
-
-
-@pytest.fixture
-def secret(project: Project) -> str:
-    return agent_key_create(project=project, scopes=list(AgentKey.Scope.values))[1]
-
-
-@pytest.fixture
-def client(live_server: Any, secret: str) -> Client:
-    return Client(live_server.url, secret, timeout=30, retries=2, backoff=0.05)
 
 
 def _stored(run_id: str = A_RUN) -> list[RunEvent]:
