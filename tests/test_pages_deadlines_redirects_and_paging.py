@@ -247,6 +247,7 @@ def test_artifact_put_refuses_an_origin_run_id_that_is_not_a_run_id(agent_client
         assert put.json()["code"] == "ERR_INVALID_ARTIFACT"
         assert "origin.runId must be a non-empty string" in put.json()["error"]
         assert "'/'" in put.json()["error"]
+    assert not Artifact.objects.exists()  # a refused put writes nothing
     assert _put(agent_client, {"toolCallId": "c1"}).status_code == 201  # runId stays optional
 
 
