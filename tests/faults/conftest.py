@@ -509,7 +509,10 @@ class WebhookReceiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                if len(body) < length:  # the sender was killed mid-request: no webhook arrived
+                    return
                 with receiver._lock:
                     receiver.received.append(ReceivedWebhook(time.monotonic(), dict(self.headers.items()), body))
                     receiver.in_flight += 1
