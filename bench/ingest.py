@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import common  # bench/common.py: running bench/ingest.py puts bench/ on sys.path
 import orjson
+import psutil
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -27,7 +28,10 @@ RUNS = int(os.environ.get("BENCH_RUNS", "400"))  # 400 runs x 500 events = 200,0
 EVENTS_PER_RUN, CLIENTS, PAYLOAD_BYTES = 500, 4, 400
 # Not measured: the first requests of each of the 16 web threads (4 workers x 4 threads) open
 # its database connection and warm its caches, and psycopg prepares a statement on its 5th run.
-# A server under steady load has all that behind it; 96 requests let every thread get there.
+# A server under steady load has all that behind it. The warm-up posts from one client per web
+# thread, so each worker holds four connections in flight and every thread serves some of the 96
+# (with 4 clients, a worker the balancer skipped stayed cold and its first measured requests
+# took ~450 ms: two of the four requests p99 allows above it).
 WARMUP_RUNS = 96
 COPY_ATTEMPTS = 3
 COLUMNS = "run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc, prev_hash, hash"
@@ -106,8 +110,8 @@ def copy_rows(run_pk: int, events: list[dict]) -> tuple[list[tuple], str]:
 # --- The two phases --------------------------------------------------------------------------
 
 
-def post_all(key: str, batches: list[tuple[str, bytes]]) -> tuple[float, list[tuple]]:
-    """Post every batch from CLIENTS threads sharing one queue; wall time and per-request results."""
+def post_all(key: str, batches: list[tuple[str, bytes]], clients: int = CLIENTS) -> tuple[float, list[tuple]]:
+    """Post every batch from `clients` threads sharing one queue; wall time and per-request results."""
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     queue, lock, results, abort = iter(batches), threading.Lock(), [], threading.Event()
 
@@ -127,8 +131,8 @@ def post_all(key: str, batches: list[tuple[str, bytes]]) -> tuple[float, list[tu
             results.append((time.perf_counter() - started, item[0], response.status, data))
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        futures = [pool.submit(client) for _ in range(CLIENTS)]
+    with ThreadPoolExecutor(clients) as pool:
+        futures = [pool.submit(client) for _ in range(clients)]
         try:
             for future in futures:
                 future.result()  # re-raises a client's exception here
@@ -141,7 +145,8 @@ def post_all(key: str, batches: list[tuple[str, bytes]]) -> tuple[float, list[tu
 def serve_and_post(env: dict[str, str], key: str, warmup: list, measured: list) -> tuple:
     server = common.start_gunicorn(env)
     try:
-        post_all(key, warmup)  # first requests pay for connections and lazy imports: not measured
+        web_threads = len(psutil.Process(server.pid).children()) * int(env.get("WEB_THREADS") or 4)
+        post_all(key, warmup, clients=web_threads)  # first requests pay for connections: not measured
         common.checkpoint()
         sampler = common.RssSampler(server.pid)
         sampler.start()

@@ -123,6 +123,19 @@ def test_production_settings_refuse_a_secret_key_copied_from_env_example(tmp_pat
     assert "DJANGO_SECRET_KEY" in result.stderr, result.stderr[-2000:]
 
 
+def test_the_wsgi_module_imports_the_api_before_the_fork_and_opens_no_database_connection(tmp_path: Path) -> None:
+    """gunicorn preloads footprint_site.wsgi in its master: the URLconf imported there is not paid
+    again by every worker's first request, and a connection opened there would be shared by all."""
+    code = (
+        "import sys, footprint_site.wsgi; from django.db import connections; "
+        "print('ledger.api' in sys.modules, [c.alias for c in connections.all() if c.connection is not None])"
+    )
+    result = _settings_start(tmp_path, "a-long-random-key-of-this-test-only-" * 2, code)
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == "True []"
+
+
 # --- OpenAPI ---------------------------------------------------------------------------------------
 
 
