@@ -63,7 +63,8 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
         body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES),
         max_events=settings.FOOTPRINT_MAX_EVENTS_PER_REQUEST,
     )
-    receipts = services.events_ingest(project=project_of(request), events=events)
+    key = agent_key_of(request)
+    receipts = services.events_ingest(project=key.project, events=events, key=key)
     return json_response({"runs": [r.as_json() for r in receipts]})
 
 
@@ -75,8 +76,9 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
 )
 def ingest_recording(request: HttpRequest) -> HttpResponse:
     """Store an agentfootprint.recording.v1 envelope; 201 the first time, 200 when already stored."""
+    key = agent_key_of(request)
     receipt, created = services.recording_ingest(
-        project=project_of(request), body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
+        project=key.project, body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES), key=key
     )
     return json_response({"run": receipt.as_json(), "stored": created}, status=201 if created else 200)
 

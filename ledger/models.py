@@ -440,6 +440,9 @@ class Ask(models.Model):
     check_in = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
     pause_data = models.JSONField(decoder=JsonbDecoder)
     checkpoint = models.BinaryField(null=True, blank=True)
+    # The key that opened the ask (by POST /asks or with the events it posted) and the key its
+    # checkpoint is returned to: neither may decide it, since the run would approve itself.
+    opened_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     posted_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     deadline = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=8, choices=OnTimeout.choices, default=OnTimeout.DECLINE)

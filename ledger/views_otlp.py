@@ -68,7 +68,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _error(413, exc.message, as_json=as_json)
     except MalformedBody as exc:
         return _error(400, exc.message, as_json=as_json)
-    receipt = otlp_ingest(project=key.project, spans=spans)
+    receipt = otlp_ingest(project=key.project, spans=spans, key=key)
     return _reply(
         otlp.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json),
         status=200,

@@ -176,6 +176,7 @@ def ask_open(
         **_fields_for_model(data),
         "session_id": session_id,
         "checkpoint": checkpoint,
+        "opened_by_key": key,
         "posted_by_key": key if checkpoint is not None else None,
         "deadline": deadline,
         "on_timeout": on_timeout,
@@ -212,9 +213,10 @@ def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
     return call.run.run_id if call else event.run_id
 
 
-def asks_from_events(*, project: Project, events: list[Event]) -> None:
-    """Open asks from ingested `pause.request` / `checkin.request` events; close them on the
-    run's own `checkin.decision` (decided elsewhere). Runs inside the ingestion transaction."""
+def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | None) -> None:
+    """Open asks from ingested `pause.request` / `checkin.request` events, opened by `key` (the
+    agent key that posted them, which so may not decide them); close them on the run's own
+    `checkin.decision` (decided elsewhere). Runs inside the ingestion transaction."""
     for event in events:
         payload = event.payload if isinstance(event.payload, dict) else {}
         short = event.type.removeprefix("agentfootprint.")
@@ -245,6 +247,7 @@ def asks_from_events(*, project: Project, events: list[Event]) -> None:
                         run_id=run_id,
                         tool_call_id=pause_data["toolCallId"],
                         session_id=session_id,
+                        opened_by_key=key,
                         **_fields_for_model(pause_data),
                     )
                 continue
@@ -343,10 +346,10 @@ def ask_decide(
     target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
         raise AskNotFound("No such ask.")
-    if key is not None and target.posted_by_key_id == key.pk:
+    if key is not None and key.pk in (target.opened_by_key_id, target.posted_by_key_id):
         raise AskOwnDecision(
-            "This key opened the ask, so it cannot decide it: a person decides at /inbox/, or an "
-            "integration with its own key (scope 'decide')."
+            "This key opened the ask (or posted its checkpoint), so it cannot decide it: a person "
+            "decides at /inbox/, or an integration with its own key (scope 'decide')."
         )
     _check_decision(target.kind, by_label, note, value)
     late = via != Ask.Via.DEADLINE

@@ -22,7 +22,7 @@ from footprint_site.lib.chain import link_hash
 from footprint_site.lib.db import server_binding_cursor
 from ledger.envelopes import IDENTITY_KEYS, Event, canonical_bytes, json_holds_nul, replace_nul
 from ledger.exceptions import SeqConflict
-from ledger.models import Project, Run
+from ledger.models import AgentKey, Project, Run
 from ledger.projections import Projection, project_events
 
 MAX_GAPS_REPORTED = 1000
@@ -370,13 +370,16 @@ def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
 
 
 @transaction.atomic
-def events_ingest(*, project: Project, events: list[Event], source: str = Run.Source.EVENTS) -> list[RunReceipt]:
+def events_ingest(
+    *, project: Project, events: list[Event], source: str = Run.Source.EVENTS, key: AgentKey | None = None
+) -> list[RunReceipt]:
     """Store the events not stored yet, chain them, project them, and return a receipt per run.
 
     Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended
     to each run's chain in seq order within the batch), the projections of the new events, the
-    runs' summaries, and the asks that pause events open (ledger.services.asks). Raises
-    SeqConflict, storing nothing, when a seq is re-sent with new content.
+    runs' summaries, and the asks that pause events open (ledger.services.asks), as opened by
+    `key`, the agent key that posted them. Raises SeqConflict, storing nothing, when a seq is
+    re-sent with new content.
     """
     by_run: dict[str, list[Event]] = defaultdict(list)
     for event in events:
@@ -412,7 +415,7 @@ def events_ingest(*, project: Project, events: list[Event], source: str = Run.So
         if projection.pauses:
             from ledger.services.asks import asks_from_events
 
-            asks_from_events(project=project, events=projection.pauses)
+            asks_from_events(project=project, events=projection.pauses, key=key)
 
         for run_id in sorted(by_run):
             state = states[run_id]

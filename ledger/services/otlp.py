@@ -15,7 +15,7 @@ from django.db.models import F, Max
 
 from ledger.envelopes import Event, check_events, replace_nul
 from ledger.exceptions import BatchInvalid
-from ledger.models import OtlpSpan, Project, Run
+from ledger.models import AgentKey, OtlpSpan, Project, Run
 from ledger.otlp import Span, rejection_message, span_events
 from ledger.services.ingest import events_ingest
 
@@ -76,13 +76,14 @@ def _row(project: Project, span: Span, number: int, first_seq: int, event_count:
 
 
 @transaction.atomic
-def otlp_ingest(*, project: Project, spans: list[Span]) -> OtlpReceipt:
+def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = None) -> OtlpReceipt:
     """Store the spans not stored yet and ingest their events; count the invalid ones as rejected.
 
     Preconditions: `spans` come from `ledger.otlp.decode_spans` (a span with a `problem` is
     rejected, not stored). Writes OtlpSpan rows (INSERT … ON CONFLICT DO NOTHING on
     (project, trace_id, span_id)) and, through `events_ingest(source=otlp)`, the runs, their
-    chained events and projections, all in one transaction. Enqueues nothing.
+    chained events and projections, all in one transaction; `key`, the agent key that posted
+    them, opens the asks their pauses open. Enqueues nothing.
     """
     problems = [span.problem for span in spans if span.problem]
     by_trace: dict[str, dict[str, Span]] = defaultdict(dict)
@@ -120,7 +121,7 @@ def otlp_ingest(*, project: Project, spans: list[Span]) -> OtlpReceipt:
             seq += len(envelopes)
     OtlpSpan.objects.bulk_create(rows, ignore_conflicts=True)
     if events:
-        events_ingest(project=project, events=events, source=Run.Source.OTLP)
+        events_ingest(project=project, events=events, source=Run.Source.OTLP, key=key)
     return OtlpReceipt(
         accepted=len(spans) - len(problems),
         rejected=len(problems),

@@ -5,7 +5,7 @@ from django.db import models, transaction
 
 from ledger.envelopes import check_events, is_run_id, json_holds_nul, parse_stream_json, replace_nul
 from ledger.exceptions import RecordingInvalid
-from ledger.models import MiddlewareDecision, Project, Recording, Run
+from ledger.models import AgentKey, MiddlewareDecision, Project, Recording, Run
 from ledger.services.ingest import RunReceipt, events_ingest
 
 RECORDING_FORMAT = "agentfootprint.recording.v1"
@@ -92,12 +92,13 @@ def _dropped_events(run_info: dict[str, Any]) -> int:
 
 
 @transaction.atomic
-def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool]:
+def recording_ingest(*, project: Project, body: bytes, key: AgentKey | None = None) -> tuple[RunReceipt, bool]:
     """Store an `agentfootprint.recording.v1` envelope byte for byte and ingest its events.
 
     Idempotent per run: the events go through `events_ingest` (numbered from
     firstRetainedEventIndex) and the envelope is kept once per distinct body. Decision rows gain
-    the snapshot's before/after values. Returns the run's receipt and whether the body was new.
+    the snapshot's before/after values. `key`, the agent key that posted it, opens the asks its
+    pauses open. Returns the run's receipt and whether the body was new.
     """
     envelope = parse_stream_json(body)
     if not isinstance(envelope, dict):
@@ -111,7 +112,7 @@ def recording_ingest(*, project: Project, body: bytes) -> tuple[RunReceipt, bool
         raise RecordingInvalid("recording.events is empty: there is nothing to store.")
     dropped_events = _dropped_events(envelope["run"])
     events = check_events(raw_events, may_hold_nul=json_holds_nul(body))
-    (receipt,) = events_ingest(project=project, events=events, source=Run.Source.RECORDING)
+    (receipt,) = events_ingest(project=project, events=events, source=Run.Source.RECORDING, key=key)
     run = Run.objects.get(project=project, run_id=run_id)
     run_info = envelope["run"]
     _, created = Recording.objects.get_or_create(

@@ -362,6 +362,44 @@ def test_the_key_that_opened_an_ask_cannot_decide_it_even_with_scope_decide(proj
     assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask_id, approved=True, by="bot").status_code == 200
 
 
+def _ingest_pause(client: ApiClient, run_id: str, tool_call_id: str) -> Ask:
+    """An ask opened the other way: from an ingested pause.request event."""
+    pause = {"reason": "ask", "questionPayload": {"toolCallId": tool_call_id, "toolName": "refund", "question": "OK?"}}
+    event = {"seq": 0, "type": "agentfootprint.pause.request", "payload": pause, "meta": {"runId": run_id}}
+    assert client.ingest([event]).status_code == 200
+    return Ask.objects.get(run_id=run_id, tool_call_id=tool_call_id)
+
+
+def test_the_key_whose_events_opened_an_ask_cannot_decide_it(project: Project) -> None:
+    both = _sibling(project, [AgentKey.Scope.INGEST, AgentKey.Scope.DECIDE])
+    ask = _ingest_pause(both, "run-ev", "call-7")
+
+    _error(_decide(both, ask.pk, approved=True, by="me"), 403, "ERR_OWN_ASK")
+
+    assert Ask.objects.get(pk=ask.pk).status == Ask.Status.OPEN
+    assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask.pk, approved=True, by="bot").status_code == 200
+
+
+def test_the_key_that_opened_an_ask_without_a_checkpoint_cannot_decide_it(project: Project) -> None:
+    both = _sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
+    ask_id = _open(both, _plain_body())["id"]
+
+    _error(_decide(both, ask_id, approved=True, by="me"), 403, "ERR_OWN_ASK")
+
+    assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
+
+
+def test_the_key_that_posted_an_asks_checkpoint_cannot_decide_it(project: Project, agent_client: ApiClient) -> None:
+    """Another key's events opened the ask; this key's re-post bound the checkpoint to itself."""
+    ask = _ingest_pause(agent_client, "run-cp", "call-8")
+    both = _sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
+    _open(both, {**_plain_body(tool_call_id="call-8", run_id="run-cp"), "checkpoint": B_CHECKPOINT}, status=200)
+
+    _error(_decide(both, ask.pk, approved=True, by="me"), 403, "ERR_OWN_ASK")
+
+    assert Ask.objects.get(pk=ask.pk).status == Ask.Status.OPEN
+
+
 def test_decide_answers_200_with_the_decision(integration_client: ApiClient, agent_client: ApiClient) -> None:
     ask_id = _open(agent_client)["id"]
 
