@@ -1,5 +1,7 @@
 """Pages of a project's artifacts: access per persona, escaping, digest status, holds, retention."""
 
+import re
+
 import pytest
 from django.db import connection
 from django.test import Client
@@ -69,6 +71,22 @@ def test_artifact_list_filters_by_kind_and_state(auditor_client, project):
     assert html.count(b'class="artifact-row"') == 1
     expired = auditor_client.get(f"/projects/{project.slug}/artifacts/?state=expired").content
     assert expired.count(b'class="artifact-row"') == 0
+
+
+def test_the_older_artifacts_link_keeps_the_filters(auditor_client, project, monkeypatch):
+    monkeypatch.setattr("artifacts.views.PER_PAGE", 2)
+    for i in range(3):
+        _put(project, f"n{i}", kind="note")
+    _put(project, "{}", shape="json", kind="chart/spec")
+    url = f"/projects/{project.slug}/artifacts/"
+
+    first = auditor_client.get(url, {"kind": "note"}).content.decode()
+    (href,) = set(re.findall(r'href="(\?[^"]*cursor=[^"]*)"', first))
+    second = auditor_client.get(url + href.replace("&amp;", "&"), headers={"HX-Request": "true"}).content
+
+    assert "Older artifacts" in first
+    assert second.count(b'class="artifact-row"') == 1  # the third note, not the chart
+    assert b"Older artifacts" not in second
 
 
 def test_artifact_detail_renders_hostile_payload_inert(auditor_client, project):
