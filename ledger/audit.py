@@ -24,6 +24,11 @@ def record_hash(record: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(preimage).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _same_number(value: Any, expected: int) -> bool:
+    """JavaScript's `value === expected`: JSON's 1.0 is the number 1 there, but `true` is no number."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == expected
+
+
 def _answer(valid: bool, checked: int, broken_at: int | None = None, reason: str | None = None) -> dict[str, Any]:
     answer: dict[str, Any] = {"valid": valid, "recordsChecked": checked}
     if not valid:
@@ -63,7 +68,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
                 f"unsupported bundle — format, hashAlgorithm or canonicalization is not "
                 f"{FORMAT} / {HASH_ALGORITHM} / {CANONICALIZATION}{suffix}",
             )
-        if header.get("recordCount") != len(records):
+        if not _same_number(header.get("recordCount"), len(records)):
             return _answer(
                 False,
                 checked,
@@ -110,7 +115,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
             expected_seq = first_seq + i
             if not isinstance(record, dict):
                 return _answer(False, checked, expected_seq, f"malformed record at seq {expected_seq}{suffix}")
-            if record.get("seq") != expected_seq:
+            if not _same_number(record.get("seq"), expected_seq):
                 return _answer(
                     False,
                     checked,

@@ -22,6 +22,13 @@ PATH_KEYS: Final = ["subflowPath", "compositionPath"]
 # The server's own records in a chain (a person's decision, say) are typed `ledger.…`: an agent
 # posting one could pass it off as the server's, so ingestion refuses the namespace.
 SERVER_NAMESPACE: Final = "ledger."
+# POST /v1/traces files each trace's spans under the run `otlp-<trace id>`, numbering its events
+# itself: native events in such a run would collide with those numbers, so only OTLP may name one.
+OTLP_RUN_PREFIX: Final = "otlp-"
+OTLP_RUN_RULE: Final = (
+    "meta.runId 'otlp-…' names the run of an OpenTelemetry trace, which only POST /v1/traces writes; "
+    "give the agent's own run another id."
+)
 SERVER_NAMESPACE_RULE: Final = (
     "type 'ledger.…' is the server's own namespace (its records of decisions made here); "
     "an agent's events are typed by the framework, e.g. 'agentfootprint.stream.tool_start'."
@@ -81,7 +88,7 @@ def parse_stream_json(body: bytes) -> Any:
         raise _too_deep() from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
-    if _nests_deeper_than(document, MAX_DEPTH):
+    if nests_deeper_than(document, MAX_DEPTH):
         raise _too_deep()
     return _replaced(document, LONE_SURROGATES)  # U+0000 is kept: the canonical bytes escape it
 
@@ -128,7 +135,7 @@ def parse_json_keeping_lone_surrogates(body: bytes) -> Any:
         raise _repeated(exc) from None
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
-    if _nests_deeper_than(document, MAX_DEPTH):  # orjson's write-back limit, which parse_json holds to
+    if nests_deeper_than(document, MAX_DEPTH):  # orjson's write-back limit, which parse_json holds to
         raise _too_deep()
     return document
 
@@ -141,7 +148,7 @@ def _repeated(exc: "_DuplicateKey") -> MalformedBody:
     return MalformedBody(f"Duplicate key '{exc.key}': give each key of an object once.")
 
 
-def _nests_deeper_than(document: Any, limit: int) -> bool:
+def nests_deeper_than(document: Any, limit: int) -> bool:
     pending: list[tuple[Any, int]] = [(document, 1)]
     while pending:
         value, depth = pending.pop()
@@ -249,7 +256,7 @@ def is_plain_id(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and "\x00" not in value
 
 
-def _checked_meta(index: int, meta: Any) -> tuple[int | None, list[dict[str, Any]]]:
+def _checked_meta(index: int, meta: Any, from_otlp: bool) -> tuple[int | None, list[dict[str, Any]]]:
     """The whole milliseconds of `meta.wallClockMs` (None when absent), and what is wrong with meta."""
     if not isinstance(meta, dict):
         return None, [_problem(index, "meta", "meta must be an object carrying at least runId.")]
@@ -258,6 +265,8 @@ def _checked_meta(index: int, meta: Any) -> tuple[int | None, list[dict[str, Any
         problems.append(_problem(index, "meta.runId", "meta.runId is required: the run this event belongs to."))
     elif not is_run_id(meta["runId"]):
         problems.append(_id_problem(index, "runId"))
+    elif not from_otlp and meta["runId"].startswith(OTLP_RUN_PREFIX):
+        problems.append(_problem(index, "meta.runId", OTLP_RUN_RULE))
     for key in IDENTITY_KEYS:
         if key in meta and not is_plain_id(meta[key]):
             problems.append(_id_problem(index, key))
@@ -282,12 +291,15 @@ def wall_clock_ms_of(value: Any) -> int | None:
     return None
 
 
-def check_event(index: int, raw: Any, *, may_hold_nul: bool = True) -> tuple[Event | None, list[dict[str, Any]]]:
+def check_event(
+    index: int, raw: Any, *, may_hold_nul: bool = True, from_otlp: bool = False
+) -> tuple[Event | None, list[dict[str, Any]]]:
     """Check one envelope; return the event, or the list of what is wrong with it.
 
     Runs once per ingested event (it is on the ingestion hot path), so each field is read once.
     `may_hold_nul=False` when the JSON text the event was read from holds no U+0000: then its
-    canonical text cannot either, and is not searched.
+    canonical text cannot either, and is not searched. `from_otlp`: mapped from OTLP spans, the
+    one source that may name a run `otlp-…`.
     """
     if not isinstance(raw, dict):
         return None, [_problem(index, "", "Each event must be a JSON object {seq, type, payload, meta}.")]
@@ -318,7 +330,7 @@ def check_event(index: int, raw: Any, *, may_hold_nul: bool = True) -> tuple[Eve
     elif isinstance(type_, str) and type_.startswith(SERVER_NAMESPACE):
         problems.append(_problem(index, "type", SERVER_NAMESPACE_RULE))
     meta = raw.get("meta")
-    wall_clock_ms, meta_problems = _checked_meta(index, meta)
+    wall_clock_ms, meta_problems = _checked_meta(index, meta, from_otlp)
     problems += meta_problems
     if problems:
         return None, problems
@@ -361,12 +373,12 @@ def parse_event_batch(body: bytes, *, max_events: int) -> list[Event]:
     return check_events(raw_events, may_hold_nul=json_holds_nul(body))
 
 
-def check_events(raw_events: list[Any], *, may_hold_nul: bool = True) -> list[Event]:
-    """Check every envelope; raise BatchInvalid naming each problem. `may_hold_nul`: see check_event."""
+def check_events(raw_events: list[Any], *, may_hold_nul: bool = True, from_otlp: bool = False) -> list[Event]:
+    """Check every envelope; raise BatchInvalid naming each problem. The flags: see check_event."""
     events: list[Event] = []
     problems: list[dict[str, Any]] = []
     for index, raw in enumerate(raw_events):
-        event, found = check_event(index, raw, may_hold_nul=may_hold_nul)
+        event, found = check_event(index, raw, may_hold_nul=may_hold_nul, from_otlp=from_otlp)
         if event is not None:
             events.append(event)
         problems.extend(found)

@@ -21,12 +21,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from ledger.envelopes import MAX_DEPTH, OTLP_RUN_PREFIX, is_plain_id, nests_deeper_than, parse_stream_json
 from ledger.exceptions import BodyTooLarge, MalformedBody
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 CONTENT_TYPES = frozenset({PROTOBUF, "application/protobuf", JSON})
-RUN_PREFIX = "otlp-"
 AF_PREFIX = "agentfootprint."
 MAX_TYPE_LENGTH = 200
 MAX_PROBLEMS_REPORTED = 5
@@ -62,7 +62,7 @@ class Span:
 
     @property
     def run_id(self) -> str:
-        return RUN_PREFIX + self.trace_id
+        return OTLP_RUN_PREFIX + self.trace_id
 
 
 # --- transport -----------------------------------------------------------------------------------
@@ -123,10 +123,7 @@ def parse_request(body: bytes, *, as_json: bool) -> Any:
         except DecodeError as exc:
             raise MalformedBody(f"The body is not a protobuf ExportTraceServiceRequest: {exc}.") from None
         return message
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
+    document = parse_stream_json(body)  # an event stream: a lone surrogate escape is read as U+FFFD
     if not isinstance(document, dict):
         raise MalformedBody("The body must be an OTLP/JSON ExportTraceServiceRequest object {resourceSpans: [...]}.")
     # OTLP/JSON writes trace and span ids as hex where the protobuf JSON mapping expects base64.
@@ -261,6 +258,11 @@ def _str(attributes: dict[str, Any], *keys: str) -> str | None:
     return None
 
 
+def _id(attributes: dict[str, Any], key: str) -> str | None:
+    value = _str(attributes, key)
+    return value if is_plain_id(value) else None
+
+
 def _int(attributes: dict[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = attributes.get(key)
@@ -307,13 +309,15 @@ def _failed(span: Span) -> bool:
 
 
 def _json_attribute(attributes: dict[str, Any], key: str) -> Any:
-    """gen_ai.tool.call.arguments/result are JSON text when recorded at all."""
+    """gen_ai.tool.call.arguments/result are JSON text when recorded at all; kept as text when
+    it is not JSON, or nests too deep for the event that carries it (in its payload's args)."""
     value = attributes.get(key)
     if isinstance(value, str):
         try:
-            return orjson.loads(value)
+            parsed = orjson.loads(value)
         except orjson.JSONDecodeError:
             return value
+        return value if nests_deeper_than(parsed, MAX_DEPTH - 2) else parsed
     return value
 
 
@@ -434,9 +438,10 @@ def span_events(span: Span) -> list[dict[str, Any]]:
 
     identity = {}
     if operation == "invoke_agent":
+        # An id a run cannot be filed under (over 200 characters, U+0000) stays in the verbatim span only.
         identity = _some(
-            principal=_str(span.attributes, "agentfootprint.principal.id"),
-            tenant=_str(span.attributes, "agentfootprint.tenant.id"),
+            principal=_id(span.attributes, "agentfootprint.principal.id"),
+            tenant=_id(span.attributes, "agentfootprint.tenant.id"),
         )
     return [
         {
@@ -498,9 +503,20 @@ def error_body(*, http_status: int, message: str, as_json: bool) -> bytes:
     return body
 
 
-def rejection_message(problems: list[str]) -> str:
-    if not problems:
-        return ""
-    shown = "; ".join(problems[:MAX_PROBLEMS_REPORTED])
-    more = f"; and {len(problems) - MAX_PROBLEMS_REPORTED} more" if len(problems) > MAX_PROBLEMS_REPORTED else ""
-    return f"{len(problems)} span(s) rejected: {shown}{more}."
+def export_message(rejected: list[str], unmapped: list[str]) -> str:
+    """partialSuccess.error_message: the spans rejected, then the spans stored with some of their
+    events left unmapped (a warning, as OTLP allows beside rejected_spans 0)."""
+    parts = []
+    if rejected:
+        parts.append(f"{len(rejected)} span(s) rejected: {_listed(rejected)}")
+    if unmapped:
+        parts.append(
+            f"{len(unmapped)} span(s) stored, some of their events kept only in the stored span: {_listed(unmapped)}"
+        )
+    return "; ".join(parts) + "." if parts else ""
+
+
+def _listed(problems: list[str]) -> str:
+    shown = "; ".join(problem.rstrip(".") for problem in problems[:MAX_PROBLEMS_REPORTED])
+    more = len(problems) - MAX_PROBLEMS_REPORTED
+    return f"{shown}; and {more} more" if more > 0 else shown

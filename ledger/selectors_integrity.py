@@ -60,13 +60,31 @@ def _record_problem(
     parsed = orjson.loads(raw)
     if json_holds_nul(raw):
         parsed = replace_nul(parsed)
+    # Python's == takes true for 1: only where a boolean may be (either text says true or false)
+    # is the slower comparison that tells them apart needed.
+    may_hold_booleans = not isinstance(doc, str) or any(
+        word in text for word in ("true", "false") for text in (body, doc)
+    )
     if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
         doc = orjson.loads(doc)
-    if parsed != doc or parsed.get("seq") != seq or parsed.get("type") != type_:
+    same = parsed == doc and (not may_hold_booleans or _same_json(parsed, doc))
+    if not same or parsed.get("seq") != seq or parsed.get("type") != type_:
         return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
     if _columns_of(parsed) != (tool_call_id, wall_clock_ms):
         return f"record {position}'s tool call or time column no longer matches its hashed bytes"
     return None
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: numbers by value (jsonb writes `1e2` back as `100`), but a boolean
+    is never a number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same_json, a, b))
+    return bool(a == b)
 
 
 def _columns_of(parsed: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from footprint_site.auth import AuthThrottled, client_address, verified_key
 from footprint_site.http import body_within
 from ledger import otlp
-from ledger.exceptions import BodyTooLarge, MalformedBody
+from ledger.exceptions import BodyTooLarge, LedgerError, MalformedBody
 from ledger.models import AgentKey
 from ledger.services.otlp import otlp_ingest
 
@@ -68,7 +68,10 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _error(413, exc.message, as_json=as_json)
     except MalformedBody as exc:
         return _error(400, exc.message, as_json=as_json)
-    receipt = otlp_ingest(project=key.project, spans=spans, key=key)
+    try:
+        receipt = otlp_ingest(project=key.project, spans=spans, key=key)
+    except LedgerError as exc:  # a trace's run that native events took before `otlp-` was OTLP's alone: 409
+        return _error(exc.status, exc.message, as_json=as_json)
     return _reply(
         otlp.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json),
         status=200,

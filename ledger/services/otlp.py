@@ -16,7 +16,7 @@ from django.db.models import F, Max
 from ledger.envelopes import Event, check_events, replace_nul
 from ledger.exceptions import BatchInvalid
 from ledger.models import AgentKey, OtlpSpan, Project, Run
-from ledger.otlp import Span, rejection_message, span_events
+from ledger.otlp import Span, export_message, span_events
 from ledger.services.ingest import events_ingest
 
 
@@ -47,8 +47,22 @@ def _next_numbers(project: Project, trace_ids: list[str]) -> dict[str, tuple[int
     return {row["trace_id"]: (row["number"] + 1, row["seq"]) for row in rows}
 
 
-def _numbered(envelopes: list[dict[str, Any]], first_seq: int) -> list[Event]:
-    return check_events([{"seq": first_seq + i, **envelope} for i, envelope in enumerate(envelopes)])
+def _numbered(envelopes: list[dict[str, Any]], first_seq: int) -> tuple[list[Event], int]:
+    """The span's events numbered from `first_seq`, and how many of its mapped envelopes were left
+    out. The span is valid (decode_spans said so): an envelope its mapping made that is not one
+    (an attribute nesting too deep, say) costs that event, never the span, which is kept verbatim."""
+    try:
+        numbered = [{"seq": first_seq + i, **envelope} for i, envelope in enumerate(envelopes)]
+        return check_events(numbered, from_otlp=True), 0
+    except BatchInvalid:
+        pass
+    events: list[Event] = []
+    for envelope in envelopes:
+        try:
+            events += check_events([{"seq": first_seq + len(events), **envelope}], from_otlp=True)
+        except BatchInvalid:
+            continue
+    return events, len(envelopes) - len(events)
 
 
 def _row(project: Project, span: Span, number: int, first_seq: int, event_count: int) -> OtlpSpan:
@@ -78,6 +92,8 @@ def _row(project: Project, span: Span, number: int, first_seq: int, event_count:
 @transaction.atomic
 def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = None) -> OtlpReceipt:
     """Store the spans not stored yet and ingest their events; count the invalid ones as rejected.
+    A valid span is always stored; a mapped event of it that is not a valid envelope is left out
+    (and named in the message).
 
     Preconditions: `spans` come from `ledger.otlp.decode_spans` (a span with a `problem` is
     rejected, not stored). Writes OtlpSpan rows (INSERT … ON CONFLICT DO NOTHING on
@@ -103,29 +119,27 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
     numbers = _next_numbers(project, trace_ids)
     rows: list[OtlpSpan] = []
     events: list[Event] = []
+    unmapped: list[str] = []
     duplicates = 0
     for trace_id in trace_ids:
         number, seq = numbers.get(trace_id, (0, 0))
         fresh = [span for span_id, span in by_trace[trace_id].items() if (trace_id, span_id) not in stored]
         duplicates += len(by_trace[trace_id]) - len(fresh)
         for span in sorted(fresh, key=lambda s: (s.start_unix_nano, s.span_id)):
-            envelopes = span_events(span)
-            try:
-                span_events_checked = _numbered(envelopes, seq)
-            except BatchInvalid as exc:
-                problems.append(f"span {span.span_id} ({span.name!r}) maps to events that are not valid: {exc}")
-                continue
-            rows.append(_row(project, span, number, seq, len(envelopes)))
+            span_events_checked, left_out = _numbered(span_events(span), seq)
+            if left_out:
+                unmapped.append(f"span {span.span_id} ({span.name!r}): {left_out} of its mapped events are not valid")
+            rows.append(_row(project, span, number, seq, len(span_events_checked)))
             events.extend(span_events_checked)
             number += 1
-            seq += len(envelopes)
+            seq += len(span_events_checked)
     OtlpSpan.objects.bulk_create(rows, ignore_conflicts=True)
     if events:
         events_ingest(project=project, events=events, source=Run.Source.OTLP, key=key)
     return OtlpReceipt(
         accepted=len(spans) - len(problems),
         rejected=len(problems),
-        message=rejection_message(problems),
+        message=export_message(problems, unmapped),
         stored=len(rows),
         duplicates=duplicates,
     )
