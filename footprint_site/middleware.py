@@ -77,12 +77,19 @@ class RequestHygieneMiddleware:
         try:
             if request.content_type == FORM_TYPES[0]:
                 _check_utf8_form(request.body)
-            request.POST  # noqa: B018 - parsing enforces Django's size and count limits here
+            fields = request.POST  # parsing enforces Django's size and count limits here
         except RequestDataTooBig:
             return 413, "ERR_TOO_LARGE", f"A form may carry at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
         except (TooManyFieldsSent, TooManyFilesSent):
             return 413, "ERR_TOO_LARGE", f"A form may carry at most {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields."
         except UnicodeDecodeError:
+            return 400, "ERR_BAD_REQUEST", "The form data is not valid UTF-8."
+        # Django decodes a multipart field's bytes with U+FFFD for what is not UTF-8, and the
+        # bytes are gone: a U+FFFD there is taken as such (only the bundle upload posts
+        # multipart, and it carries no text of a person's).
+        if request.content_type == FORM_TYPES[1] and any(
+            "\ufffd" in key + "".join(values) for key, values in fields.lists()
+        ):
             return 400, "ERR_BAD_REQUEST", "The form data is not valid UTF-8."
         return None
 

@@ -156,6 +156,7 @@ def run_event(request: HtmxHttpRequest, project_slug: str, run_id: str, position
 
 
 @require_http_methods(["GET", "POST"])
+@vary_on_headers("HX-Request")
 @login_required
 def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """GET: the latest re-check of the run's chain. POST: start a new one (short chains are
