@@ -1,7 +1,5 @@
 """Pages: partial views vary on HX-Request, and a form that is not UTF-8 (urlencoded or multipart) is refused."""
 
-from typing import Any
-
 import pytest
 from django.test import Client
 
@@ -47,7 +45,8 @@ def test_integrity_panel_varies_on_hx_request(auditor_client: Client, project: P
     page = auditor_client.get(url)
 
     assert fragment.status_code == page.status_code == 200
-    assert b"<html" not in fragment.content and b"<html" in page.content  # two representations
+    assert b"<html" not in fragment.content  # two representations at one URL
+    assert b"<html" in page.content
     assert "HX-Request" in page.get("Vary", "")
     assert "HX-Request" in fragment.get("Vary", "")
 
@@ -70,10 +69,8 @@ def _multipart(fields: list[tuple[str, bytes]]) -> tuple[bytes, str]:
 def test_a_multipart_decision_whose_note_is_not_utf8_is_refused_and_decides_nothing(
     approver_client: Client, project: Project
 ) -> None:
-    """RequestHygieneMiddleware promises to refuse form data that is not UTF-8 rather than let Django
-    turn it into U+FFFD. A form posted as multipart/form-data (what any client may send to a page's
-    form URL) slips past: the decision is recorded, for ever, in the chain with a note the approver
-    never wrote."""
+    """Form data that is not UTF-8 is refused rather than stored as U+FFFD, multipart as urlencoded:
+    else the decision is chained, for ever, with a note the approver never wrote."""
     ask = _consent_ask(project)
     body, content_type = _multipart([("decision", b"decline"), ("note", b"no PO \xff\xfe on file")])
 
