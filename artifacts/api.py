@@ -15,11 +15,14 @@ from artifacts.wants import wants_resolve
 from footprint_site.auth import AgentKeyAuth, project_of
 from footprint_site.http import body_within
 from footprint_site.responses import json_response
-from ledger.envelopes import parse_json
+from ledger.envelopes import parse_json_encoded_as_javascript
 from ledger.exceptions import BodyTooLarge
 from ledger.schemas import ErrorOut
 
-router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))
+router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))  # /api/v1/artifacts: the spec's /af/v1/artifacts
+# The spec's /af/v1/capabilities and /af/v1/wants:resolve, beside /artifacts rather than under it,
+# where they would shadow refs: `GET /artifacts/resolve` must be the 404 of any other non-ref.
+store_router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))
 ERRORS = {
     400: ErrorOut,
     401: ErrorOut,
@@ -59,7 +62,7 @@ def _store_and_scope(request: HttpRequest) -> tuple[ArtifactStore, Scope]:
 def _json_body(request: HttpRequest) -> Any:
     limit = settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES
     try:
-        return parse_json(body_within(request, limit))
+        return parse_json_encoded_as_javascript(body_within(request, limit))
     except BodyTooLarge:
         raise ArtifactBodyTooLarge(
             f"[artifacts] put refused: a request body may be at most {limit} bytes. Store the payload in "
@@ -93,7 +96,7 @@ def put_artifact(request: HttpRequest) -> HttpResponse:
     return json_response({"meta": meta, "swept": [s.as_json() for s in swept]}, status=201)
 
 
-@router.get("/capabilities", response={200: dict[str, Any], **ERRORS})
+@store_router.get("/capabilities", response={200: dict[str, Any], **ERRORS})
 def get_capabilities(request: HttpRequest) -> HttpResponse:
     """What this store does. Streaming is absent: payloads live inline in PostgreSQL."""
     store = _store(request)
@@ -123,7 +126,7 @@ def get_capabilities(request: HttpRequest) -> HttpResponse:
     )
 
 
-@router.post("/resolve", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+@store_router.post("/wants:resolve", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
 def resolve_wants(request: HttpRequest) -> HttpResponse:
     """Resolve a tool's `wants` exactly as the framework's dispatch does, refusals word for word."""
     document = _json_body(request)

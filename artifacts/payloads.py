@@ -26,7 +26,7 @@ def canonical_bytes(payload: Any) -> tuple[str, bytes]:
     if not isinstance(value, str):
         raise InvalidArtifact(f"payload.value must be a string for shape {shape} (the text, the JSON text, or base64).")
     if shape == "text":
-        return shape, value.encode("utf-8", errors="surrogatepass")
+        return shape, value.encode("utf-8")  # the body was read as TextEncoder writes: no lone surrogate
     if shape == "json":
         if not is_json_text(value):
             raise InvalidArtifact(
@@ -60,7 +60,7 @@ def is_json_text(text: str) -> bool:
 def payload_out(shape: str, body: bytes) -> dict[str, str]:
     if shape == "binary":
         return {"shape": shape, "value": base64.b64encode(body).decode()}
-    return {"shape": shape, "value": body.decode("utf-8", errors="surrogatepass")}
+    return {"shape": shape, "value": body.decode("utf-8")}
 
 
 def payload_data(shape: str, body: bytes) -> Any:
@@ -82,5 +82,5 @@ def payload_data(shape: str, body: bytes) -> Any:
             raise
         return data
     if shape == "text":
-        return body.decode("utf-8", errors="surrogatepass")
+        return body.decode("utf-8")
     return payload_out(shape, body)

@@ -114,7 +114,7 @@ def read_requests(key: str, sample: list[tuple]) -> dict[str, list]:
         path, data = f"/api/v1/artifacts/{ref}", orjson.loads(body)
         ops["head"].append(("GET", path + "/meta", None, headers, lambda doc, ref=ref: doc["meta"]["ref"] == ref))
         ops["get"].append(("GET", path, None, headers, lambda doc, body=body: doc["payload"]["value"] == body))
-        ops["resolve"].append(("POST", "/api/v1/artifacts/resolve", orjson.dumps(resolve), headers,
+        ops["resolve"].append(("POST", "/api/v1/wants:resolve", orjson.dumps(resolve), headers,
                                lambda doc, data=data: doc["ok"] and doc["args"]["dataset"] == data))  # fmt: skip
     return ops
 

@@ -99,7 +99,7 @@ def explain(conversation: str, ref: str, key: str) -> dict:
     requests = {
         "head": lambda: client.get(f"{base}/{ref}/meta", **headers),
         "get": lambda: client.get(f"{base}/{ref}", **headers),
-        "resolve": lambda: client.post(f"{base}/resolve", resolve, content_type="application/json", **headers),
+        "resolve": lambda: client.post("/api/v1/wants:resolve", resolve, content_type="application/json", **headers),
     }
     queries: dict[str, list[str]] = {}
     for name, request in requests.items():

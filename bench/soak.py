@@ -623,7 +623,7 @@ class ArtifactClient:
         if op == "head":
             path += "/meta"
         elif op == "resolve":
-            method, path = "POST", "/api/v1/artifacts/resolve"
+            method, path = "POST", "/api/v1/wants:resolve"
             body = orjson.dumps({"toolName": "render", "wants": {"input": minted.kind}, "args": {"input": minted.ref}})
         sent_at = time.monotonic()
         try:

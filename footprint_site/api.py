@@ -23,6 +23,7 @@ api = NinjaAPI(
 )
 api.add_router("/", "ledger.api.router")
 api.add_router("/artifacts", "artifacts.api.router")
+api.add_router("/", "artifacts.api.store_router")
 if settings.FOOTPRINT_TEST_HOOKS:
     api.add_router("/testing", "artifacts.testing_api.router")
 

@@ -311,16 +311,16 @@ API_OPERATIONS: dict[str, ApiCase] = {
         control=200,
         shows=MARK,
     ),
-    "GET /api/v1/artifacts/capabilities": ApiCase(
+    "GET /api/v1/capabilities": ApiCase(
         scope="artifacts",
-        call=lambda t: Call("GET", "/api/v1/artifacts/capabilities"),
+        call=lambda t: Call("GET", "/api/v1/capabilities"),
         foreign=OwnProject(200, _acme_store),
         control=200,
         shows=str(GLOBEX_COUNT_BUDGET),
     ),
-    "POST /api/v1/artifacts/resolve": ApiCase(
+    "POST /api/v1/wants:resolve": ApiCase(
         scope="artifacts",
-        call=lambda t: json_call("POST", "/api/v1/artifacts/resolve", _wants(t.ref), headers=SCOPE_HEADERS),
+        call=lambda t: json_call("POST", "/api/v1/wants:resolve", _wants(t.ref), headers=SCOPE_HEADERS),
         foreign=SameAsUnknown(200),
         control=200,
         shows=f"{MARK}payload",

@@ -35,6 +35,8 @@ from artifacts.scopes import Scope, scope_from_json, scope_header
 from ledger.models import Project
 
 API = "/api/v1/artifacts"
+RESOLVE = "/api/v1/wants:resolve"  # the spec's /af/v1/wants:resolve
+CAPABILITIES = "/api/v1/capabilities"
 TESTING = "/api/v1/testing"
 REF_RE = re.compile(r"art_[A-Za-z0-9]{22}")
 DIGEST_RE = re.compile(r"sha-256:[0-9a-f]{64}")
@@ -149,7 +151,7 @@ class StoreClient:
         document = {"toolName": tool_name, "wants": wants, "args": args, **extra}
         if input_schema is not None:
             document["inputSchema"] = input_schema
-        return self.post(f"{API}/resolve", scope, document)
+        return self.post(RESOLVE, scope, document)
 
     # --- the port ---------------------------------------------------------------------------------
     def put(
@@ -230,7 +232,7 @@ class StoreClient:
         raise AssertionError("list never ended")
 
     def capabilities(self) -> dict[str, Any]:
-        response = self.http.get(f"{API}/capabilities")
+        response = self.http.get(CAPABILITIES)
         assert response.status_code == 200, response.content
         return response.json()
 

@@ -10,7 +10,7 @@ from django.db import connection
 from artifacts.models import ArtifactStore
 from artifacts.scopes import scope_header
 from footprint_site import auth
-from tests.artifacts.conftest import API
+from tests.artifacts.conftest import API, RESOLVE
 
 pytestmark = pytest.mark.django_db
 
@@ -57,7 +57,7 @@ def test_head_get_and_resolve_each_cost_the_store_row_and_the_artifact_row(agent
     assert response.json()["payload"] == {"shape": "json", "value": '{"rows":[1,2]}'}
     resolve = {"toolName": "chart", "wants": {"dataset": "dataset/rows"}, "args": {"dataset": stored}}
     with statements_sent() as sent:
-        response = agent_client.post(f"{API}/resolve", resolve, content_type="application/json", headers=HEADERS)
+        response = agent_client.post(RESOLVE, resolve, content_type="application/json", headers=HEADERS)
     assert response.status_code == 200, response.content
     assert len(sent) == 2, sent
     assert response.json()["args"] == {"dataset": {"rows": [1, 2]}}

@@ -154,7 +154,7 @@ def test_work_goes_on_without_the_broker_and_background_work_resumes_with_it(
         ref = put.json()["meta"]["ref"]
         timed("get artifact", lambda: api.get(f"/api/v1/artifacts/{ref}", headers=artifacts_headers), 200)
         resolve = {"toolName": "chart", "wants": {"data": "dataset/rows"}, "args": {"data": ref}}
-        timed("resolve", lambda: api.post("/api/v1/artifacts/resolve", json=resolve, headers=artifacts_headers), 200)
+        timed("resolve", lambda: api.post("/api/v1/wants:resolve", json=resolve, headers=artifacts_headers), 200)
 
     opened = timed("open ask", lambda: api.post("/api/v1/asks", json=_plain_ask("by-api")), 201)
     assert opened is not None, "no ask to decide"

@@ -532,7 +532,8 @@ class ArtifactStore:
         self._headers = {"AF-Scope": base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")}
 
     def _call(self, method: str, path: str, document: Any = None, **options: Any) -> Any:
-        return self.client._json(method, f"{API}/artifacts{path}", document, headers=self._headers, **options)
+        """A call in this scope; `path` is under /api/v1 (the spec's /af/v1)."""
+        return self.client._json(method, f"{API}{path}", document, headers=self._headers, **options)
 
     def put(
         self,
@@ -571,7 +572,7 @@ class ArtifactStore:
         ):
             if value is not None:
                 document[name] = value
-        meta: JsonObject = self._call("POST", "", document, retry=_Retry.REFUSED_ONLY)["meta"]
+        meta: JsonObject = self._call("POST", "/artifacts", document, retry=_Retry.REFUSED_ONLY)["meta"]
         return meta
 
     def head(self, ref: str) -> JsonObject | None:
@@ -579,7 +580,7 @@ class ArtifactStore:
         if not _is_ref(ref):
             return None
         try:
-            meta: JsonObject = self._call("GET", f"/{_segment(ref)}/meta")["meta"]
+            meta: JsonObject = self._call("GET", f"/artifacts/{_segment(ref)}/meta")["meta"]
         except FootprintError as error:
             if error.status == 404 and error.code == NOT_FOUND:
                 return None
@@ -593,7 +594,7 @@ class ArtifactStore:
         if not _is_ref(ref):
             return None
         try:
-            answer = self._call("GET", f"/{_segment(ref)}")
+            answer = self._call("GET", f"/artifacts/{_segment(ref)}")
         except FootprintError as error:
             if error.status == 404 and error.code == NOT_FOUND:
                 return None
@@ -604,11 +605,11 @@ class ArtifactStore:
         """Delete the artifact; absent refs are fine (the server answers 204 either way), and a
         string that is no ref is a no-op without a request."""
         if _is_ref(ref):
-            self._call("DELETE", f"/{_segment(ref)}")
+            self._call("DELETE", f"/artifacts/{_segment(ref)}")
 
     def list(self, limit: int | None = None, cursor: str | None = None) -> tuple[builtins.list[JsonObject], str | None]:
         """One page of the scope's live metas, newest first, and the cursor of the next (or None)."""
-        answer = self._call("GET", "", query={"limit": limit, "cursor": cursor})
+        answer = self._call("GET", "/artifacts", query={"limit": limit, "cursor": cursor})
         return list(answer["artifacts"]), answer.get("cursor")
 
     def capabilities(self) -> JsonObject:
@@ -632,7 +633,7 @@ class ArtifactStore:
         document: JsonObject = {"toolName": tool_name, "wants": dict(wants), "args": dict(args)}
         if input_schema is not None:
             document["inputSchema"] = dict(input_schema)
-        result: JsonObject = self._call("POST", "/resolve", document)
+        result: JsonObject = self._call("POST", "/wants:resolve", document)
         return result
 
 
