@@ -34,6 +34,9 @@ class RunAdmin(admin.ModelAdmin[Run]):
     def has_change_permission(self, request: object, obj: object = None) -> bool:
         return False  # the ledger is append-only, even for staff
 
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False  # a run takes its chain along: evidence stays (and so a project holding runs)
+
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin[WebhookEndpoint]):
@@ -58,3 +61,6 @@ class AskAdmin(admin.ModelAdmin[Ask]):
 
     def has_change_permission(self, request: object, obj: object = None) -> bool:
         return False  # decisions are made on the ask page, exactly once
+
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False  # an ask holds a decision of record

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from ledger.models import AgentKey, Project, WebhookEndpoint
+from ledger.models import AgentKey, Ask, Project, Run, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -84,6 +84,26 @@ def test_admin_cannot_create_a_webhook_endpoint_without_a_signing_secret(
     )
     secrets = list(WebhookEndpoint.objects.values_list("secret", flat=True))
     assert all(len(secret) >= 32 for secret in secrets), f"endpoint saved with signing secret {secrets!r}"
+
+
+def test_admin_cannot_delete_a_run_or_an_ask(django_user_model: Any, project: Project, agent_client: Any) -> None:
+    """A run's chain and an ask's decision are evidence: not even staff removes them (a deleted run
+    takes its chain along, and verify has nothing left to name)."""
+    event = {"seq": 0, "type": "agentfootprint.agent.turn_start", "payload": {}, "meta": {"runId": "run-kept"}}
+    assert agent_client.ingest([event]).status_code == 200
+    run = Run.objects.get(run_id="run-kept")
+    ask = Ask.objects.create(project=project, run_id="run-kept", tool_call_id="c1", kind="plain", pause_data={})
+    staff = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root")
+    client = Client()
+    client.force_login(staff)
+
+    for path in (f"/admin/ledger/run/{run.pk}/delete/", f"/admin/ledger/ask/{ask.pk}/delete/"):
+        assert client.post(path, {"post": "yes"}).status_code == 403, path
+    bulk = {"action": "delete_selected", "_selected_action": [run.pk], "post": "yes"}
+    client.post("/admin/ledger/run/", bulk)
+
+    assert Run.objects.filter(pk=run.pk).exists()
+    assert Ask.objects.filter(pk=ask.pk).exists()
 
 
 # --- settings --------------------------------------------------------------------------------------
