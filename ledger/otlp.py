@@ -30,6 +30,7 @@ CONTENT_TYPES = frozenset({PROTOBUF, "application/protobuf", JSON})
 AF_PREFIX = "agentfootprint."
 MAX_TYPE_LENGTH = 200
 MAX_PROBLEMS_REPORTED = 5
+MAX_SAFE_INTEGER = 2**53 - 1  # a double holds every whole number up to here exactly
 STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
 MAX_NANOS = 2**63 - 1  # the columns are bigint; fixed64 could hold more
 CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
@@ -264,10 +265,13 @@ def _id(attributes: dict[str, Any], key: str) -> str | None:
 
 
 def _int(attributes: dict[str, Any], *keys: str) -> int | None:
+    """A whole-number attribute; some SDKs record counts as doubles (30.0), which count too."""
     for key in keys:
         value = attributes.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+            return int(value)
     return None
 
 
@@ -492,7 +496,9 @@ def _status_message_class() -> Any:
 
 RpcStatus = _status_message_class()
 # gRPC codes for the HTTP statuses this endpoint answers with.
-GRPC_CODES = {400: 3, 401: 16, 403: 7, 413: 8, 415: 3}
+# google.rpc.Code by HTTP status: INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED,
+# FAILED_PRECONDITION, RESOURCE_EXHAUSTED (too large, too many failed keys), UNAVAILABLE.
+GRPC_CODES = {400: 3, 401: 16, 403: 7, 409: 9, 413: 8, 415: 3, 429: 8, 503: 14}
 
 
 def error_body(*, http_status: int, message: str, as_json: bool) -> bytes:

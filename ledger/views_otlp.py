@@ -57,7 +57,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         return _error(
             415, f"Content-Type must be {otlp.PROTOBUF} or {otlp.JSON}, not {request.content_type!r}.", as_json=True
         )
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"
     if encoding not in ("identity", "gzip"):
         return _error(415, f"Content-Encoding must be gzip or absent, not {encoding!r}.", as_json=as_json)
     limit = settings.FOOTPRINT_MAX_REQUEST_BYTES

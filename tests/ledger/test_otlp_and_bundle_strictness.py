@@ -194,3 +194,20 @@ def test_a_span_event_that_maps_to_no_valid_event_is_left_out_the_span_kept_and_
     assert "1 of its mapped events" in partial["errorMessage"]
     assert OtlpSpan.objects.count() == len(_spans(document))
     assert RunEvent.objects.filter(type="agentfootprint.stream.tool_start").count() == 3  # the call is kept
+
+
+def test_token_counts_recorded_as_doubles_count_and_an_empty_content_encoding_is_identity(agent_client):
+    """Some SDKs record gen_ai.usage.* as doubles (30.0); a proxy may send `Content-Encoding:` empty."""
+    document = _otlp_document()
+    for span in _spans(document):
+        for attribute in span["attributes"]:
+            if attribute["key"].startswith("gen_ai.usage.") and "intValue" in attribute["value"]:
+                attribute["value"] = {"doubleValue": float(attribute["value"]["intValue"])}
+
+    response = agent_client.post(
+        "/v1/traces", json.dumps(document), content_type="application/json", headers={"Content-Encoding": ""}
+    )
+
+    assert response.status_code == 200, response.content[:300]
+    run = Run.objects.get(run_id=f"otlp-{TRACE_ID}")
+    assert run.tokens_in == 1040
