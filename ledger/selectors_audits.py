@@ -35,7 +35,8 @@ def _segments_of(document: Any) -> list[dict[str, Any]]:
 def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
     """The framework's `verifyAuditBundle` answer plus `continuity`: how the first segment joins
     the chain already stored for this project: `genesis` (it starts a chain), `continues` (its
-    chainHead is a stored bundle's finalHash and its firstSeq follows on), or `unanchored` (its
+    chainHead is a stored bundle's finalHash and its firstSeq follows on; `predecessorValid` says
+    whether that bundle's own verdict is valid), or `unanchored` (its
     predecessor was never imported here). A firstSeq that does not follow the stored predecessor
     makes the verdict invalid."""
     segments = _segments_of(parse_json_keeping_lone_surrogates(body))
@@ -55,7 +56,9 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
         continuity = {"state": "unanchored"}
     else:
         expected = (previous.first_seq or 0) + previous.record_count
-        continuity = {"state": "continues", "bundleId": previous.pk}
+        # A valid segment after a broken one is still a broken chain: say which it follows.
+        predecessor_valid = audit_bundle_stored_verdict(bundle=previous)[0].get("valid") is True
+        continuity = {"state": "continues", "bundleId": previous.pk, "predecessorValid": predecessor_valid}
         if first_seq != expected:
             continuity = {"state": "broken", "bundleId": previous.pk}
             verdict = {

@@ -164,6 +164,19 @@ def test_import_checks_continuity_with_earlier_segments(agent_client):
     joined = agent_client.post_json("/api/v1/audit-bundles", {"segments": [second]}).json()
     assert joined["valid"] is True
     assert joined["continuity"]["state"] == "continues"
+    assert joined["continuity"]["predecessorValid"] is True
+
+
+def test_a_segment_continuing_a_stored_tampered_one_says_its_predecessor_is_invalid(agent_client):
+    first, second = load_fixture("f-audit/segments.json")["segments"]
+    first["records"][1]["payload"] = {"edited": True}  # its hash no longer matches; finalHash unchanged
+    assert agent_client.post_json("/api/v1/audit-bundles", first).json()["valid"] is False
+
+    joined = agent_client.post_json("/api/v1/audit-bundles", second).json()
+
+    assert joined["valid"] is True  # the segment itself is sound
+    assert joined["continuity"]["state"] == "continues"
+    assert joined["continuity"]["predecessorValid"] is False
 
 
 def test_import_refuses_what_is_not_a_bundle(agent_client):

@@ -220,7 +220,11 @@ def test_resending_a_segment_after_its_predecessor_arrived_answers_that_it_conti
     again = _post_bundle(agent_client, second)
 
     assert again.json()["valid"] is True
-    assert again.json()["continuity"] == {"state": "continues", "bundleId": stored_first["id"]}
+    assert again.json()["continuity"] == {
+        "state": "continues",
+        "bundleId": stored_first["id"],
+        "predecessorValid": True,
+    }
 
 
 @pytest.fixture
