@@ -60,21 +60,22 @@ def _store_and_scope(request: HttpRequest) -> tuple[ArtifactStore, Scope]:
 
 
 def _json_body(request: HttpRequest) -> Any:
-    limit = settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES
-    try:
-        return parse_json_encoded_as_javascript(body_within(request, limit))
-    except BodyTooLarge:
-        raise ArtifactBodyTooLarge(
-            f"[artifacts] put refused: a request body may be at most {limit} bytes. Store the payload in "
-            "smaller artifacts, or raise FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES.",
-            limit=limit,
-        ) from None
+    """The body (BodyTooLarge past FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES)."""
+    return parse_json_encoded_as_javascript(body_within(request, settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES))
 
 
 @router.post("", response={201: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
 def put_artifact(request: HttpRequest) -> HttpResponse:
     """Mint an artifact. `payload.value` is the text, the exact JSON text, or base64 bytes."""
-    document = _json_body(request)
+    try:
+        document = _json_body(request)
+    except BodyTooLarge as exc:  # the store's own refusal, as the framework words a put's
+        limit = exc.details["limit"]
+        raise ArtifactBodyTooLarge(
+            f"[artifacts] put refused: a request body may be at most {limit} bytes. Store the payload "
+            "in smaller artifacts, or raise FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES.",
+            limit=limit,
+        ) from None
     if not isinstance(document, dict):
         raise InvalidArtifact("the body must be a JSON object {kind, mediaType, payload, …}.")
     unknown = document.keys() - PUT_FIELDS

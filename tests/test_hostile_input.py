@@ -394,7 +394,6 @@ TARGETS = {
         lambda: {"toolName": "summarize", "wants": {"data": "dataset/rows"}, "args": {}},
         lambda: {"toolName": "summarize", "wants": {"data": "dataset/rows"}, "args": {"x": "@@HOSTILE@@"}},
         scoped=True,
-        too_large_code="ERR_INVALID_ARTIFACT",
     ),
 }
 SLOTTED = [name for name, target in TARGETS.items() if target.slotted]

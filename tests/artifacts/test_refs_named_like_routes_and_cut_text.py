@@ -4,6 +4,9 @@ import json
 
 import pytest
 
+from artifacts.scopes import scope_header
+from tests.artifacts.conftest import RESOLVE
+
 pytestmark = pytest.mark.django_db
 
 
@@ -42,3 +45,16 @@ def test_text_payload_with_a_lone_surrogate_as_json_stringify_writes_it_is_store
     got = store.get_raw(s, meta["ref"])
     assert got.status_code == 200, (got.status_code, got.content)
     assert json.loads(got.content)["payload"]["value"] == "ab\ufffd"
+
+
+def test_a_resolve_body_over_the_limit_is_refused_as_a_resolve_not_as_a_put(agent_client, settings):
+    settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES = 100
+    headers = {"AF-Scope": scope_header({"conversationId": "c1"})}
+    document = {"toolName": "t", "wants": {}, "args": {"x": "y" * 200}}
+
+    response = agent_client.post(RESOLVE, document, content_type="application/json", headers=headers)
+
+    assert response.status_code == 413
+    assert response.json()["code"] == "ERR_TOO_LARGE"
+    assert "put" not in response.json()["error"]
+    assert "100 bytes" in response.json()["error"]
