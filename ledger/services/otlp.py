@@ -91,9 +91,9 @@ def _row(project: Project, span: Span, number: int, first_seq: int, event_count:
 
 @transaction.atomic
 def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = None) -> OtlpReceipt:
-    """Store the spans not stored yet and ingest their events; count the invalid ones as rejected.
-    A valid span is always stored; a mapped event of it that is not a valid envelope is left out
-    (and named in the message).
+    """Store the spans not stored yet and ingest their events; count the invalid ones as rejected,
+    and a span id sent again with other content (the copy stored first stands). A valid span is
+    always stored; a mapped event of it that is not a valid envelope is left out (and named).
 
     Preconditions: `spans` come from `ledger.otlp.decode_spans` (a span with a `problem` is
     rejected, not stored). Writes OtlpSpan rows (INSERT … ON CONFLICT DO NOTHING on
@@ -104,18 +104,25 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
     problems = [span.problem for span in spans if span.problem]
     by_trace: dict[str, dict[str, Span]] = defaultdict(dict)
     for span in spans:
-        if span.problem is None:
-            by_trace[span.trace_id].setdefault(span.span_id, span)  # the first copy in a request wins
+        if span.problem is not None:
+            continue
+        first = by_trace[span.trace_id].setdefault(span.span_id, span)  # the first copy in a request wins
+        if first is not span and first.raw != span.raw:
+            problems.append(f"span {span.span_id} is in the request twice, with different content: the first is kept")
     trace_ids = sorted(by_trace)
     _lock_traces(project, trace_ids)
     # Exact under the trace locks: nobody else can store spans of these traces until COMMIT.
-    stored = set(
-        OtlpSpan.objects.filter(
+    stored = {
+        (trace_id, span_id): raw
+        for trace_id, span_id, raw in OtlpSpan.objects.filter(
             project=project,
             trace_id__in=trace_ids,
             span_id__in={span_id for trace in by_trace.values() for span_id in trace},
-        ).values_list("trace_id", "span_id")
-    )
+        ).values_list("trace_id", "span_id", "raw")
+    }
+    for (trace_id, span_id), raw in stored.items():
+        if raw != replace_nul(by_trace[trace_id][span_id].raw):  # an exporter's retry sends the same span
+            problems.append(f"span {span_id} was stored earlier with different content: the stored one is kept")
     numbers = _next_numbers(project, trace_ids)
     rows: list[OtlpSpan] = []
     events: list[Event] = []

@@ -211,3 +211,29 @@ def test_token_counts_recorded_as_doubles_count_and_an_empty_content_encoding_is
     assert response.status_code == 200, response.content[:300]
     run = Run.objects.get(run_id=f"otlp-{TRACE_ID}")
     assert run.tokens_in == 1040
+
+
+def test_a_span_sent_again_with_other_content_is_rejected_naming_it_and_the_first_copy_stands(agent_client):
+    assert "partialSuccess" not in _post_otlp(agent_client, OTLP_FIXTURE).json()
+    document = _otlp_document()
+    changed = _spans(document)[0]
+    changed["name"] = "chat something-else"
+    span_id = changed["spanId"]
+
+    again = _post_otlp(agent_client, json.dumps(document)).json()["partialSuccess"]
+
+    assert int(again["rejectedSpans"]) == 1
+    assert span_id in again["errorMessage"]
+    assert OtlpSpan.objects.get(span_id=span_id).name != "chat something-else"
+
+
+def test_a_span_twice_in_one_request_with_other_content_is_rejected(agent_client):
+    document = _otlp_document()
+    spans = _spans(document)
+    spans.append({**spans[0], "name": "chat other"})
+
+    partial = _post_otlp(agent_client, json.dumps(document)).json()["partialSuccess"]
+
+    assert int(partial["rejectedSpans"]) == 1
+    assert spans[0]["spanId"] in partial["errorMessage"]
+    assert OtlpSpan.objects.count() == len(spans) - 1
