@@ -567,7 +567,9 @@ for slug in ("faults", "bulk"):
     project = project_get_or_create(slug=slug)
     store = store_for_project(project=project)
     _, key = agent_key_create(project=project, scopes=list(AgentKey.Scope.values), name="faults")
-    seed[slug] = {"project_id": project.pk, "store_id": store.pk, "key": key}
+    # The key that opens an ask may not decide it: an integration's own key does.
+    _, decider = agent_key_create(project=project, scopes=[AgentKey.Scope.DECIDE], name="integration")
+    seed[slug] = {"project_id": project.pk, "store_id": store.pk, "key": key, "decider": decider}
 user = User.objects.create_user(username="dana", password="faults-pw-dana")
 membership_grant(user=user, project=project_get_or_create(slug="faults"), role=Membership.Role.APPROVER)
 WebhookEndpoint.objects.create(

@@ -84,6 +84,7 @@ class Agent:
 class Writer:
     number: int
     agent: Agent
+    decider: Agent  # an integration's key: the agent's own may not decide its asks
     stop: threading.Event
     steps: int = 0  # steps acknowledged in full
     step_done_at: list[float] = field(default_factory=list)
@@ -132,7 +133,7 @@ class Writer:
         assert opened.status_code in (200, 201), opened.text
         ask_id = opened.json()["ask"]["id"]
         by = f"writer-{self.number}"
-        decided = self.agent.call(
+        decided = self.decider.call(
             "decide", "POST", f"/api/v1/asks/{ask_id}/decision", json={"approved": True, "by": by, "note": f"s{step}"}
         )
         # A retried decision whose first attempt committed is told it was already decided: by us.
@@ -188,13 +189,18 @@ def _decision_events(postgres: PostgresCluster, project_id: int) -> Counter[int]
 def test_acknowledged_writes_survive_a_postgres_restart(
     postgres: PostgresCluster, processes: Processes, seed: dict[str, Any], tmp_path: Path
 ) -> None:
-    key, project_id = seed["faults"]["key"], seed["faults"]["project_id"]
+    key, project_id, decider_key = seed["faults"]["key"], seed["faults"]["project_id"], seed["faults"]["decider"]
     # No broker: this test is about the database (the project's webhook is off).
     web = processes.gunicorn(server_env(database_url=postgres.url(), broker_url=None, data_dir=tmp_path))
     web.wait_ready()
 
     stop = threading.Event()
-    writers = [Writer(n, Agent(api_client(web.url, key, timeout=15)), stop) for n in range(WRITERS)]
+    writers = [
+        Writer(
+            n, Agent(api_client(web.url, key, timeout=15)), Agent(api_client(web.url, decider_key, timeout=15)), stop
+        )
+        for n in range(WRITERS)
+    ]
     threads = [threading.Thread(target=w.run, name=f"writer-{w.number}") for w in writers]
     for thread in threads:
         thread.start()
@@ -236,7 +242,7 @@ def test_acknowledged_writes_survive_a_postgres_restart(
             f"the writers did not recover within 45 s of the restart; steps: {[w.steps for w in writers]}, "
             f"errors: {[w.error for w in writers]}\n{web.output()[-3000:]}"
         )
-        decider = Agent(api_client(web.url, key))
+        decider = Agent(api_client(web.url, decider_key))
         decided = decider.call(
             "decide", "POST", f"/api/v1/asks/{waiting_ask}/decision", json={"approved": False, "by": "late"}
         )
