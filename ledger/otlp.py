@@ -495,9 +495,9 @@ def _status_message_class() -> Any:
 
 
 RpcStatus = _status_message_class()
-# gRPC codes for the HTTP statuses this endpoint answers with.
-# google.rpc.Code by HTTP status: INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED,
-# FAILED_PRECONDITION, RESOURCE_EXHAUSTED (too large, too many failed keys), UNAVAILABLE.
+# The google.rpc.Code of each HTTP status this endpoint answers: INVALID_ARGUMENT, UNAUTHENTICATED,
+# PERMISSION_DENIED, FAILED_PRECONDITION, RESOURCE_EXHAUSTED (too large; too many failed keys),
+# UNAVAILABLE.
 GRPC_CODES = {400: 3, 401: 16, 403: 7, 409: 9, 413: 8, 415: 3, 429: 8, 503: 14}
 
 
