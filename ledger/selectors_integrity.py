@@ -14,7 +14,7 @@ from django.db import connection
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from ledger import anchors
-from ledger.envelopes import json_holds_nul, replace_nul, wall_clock_ms_of
+from ledger.envelopes import canonical_bytes, json_holds_nul, replace_nul, wall_clock_ms_of
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Project, Run
 
 # Rows per query of the walk: each chunk is its own statement, so progress can be reported
@@ -58,16 +58,14 @@ def _record_problem(
     if link_hash(prev, raw) != stored_hash:
         return f"hash mismatch at record {position}: its stored bytes were edited or corrupted"
     parsed = orjson.loads(raw)
-    if json_holds_nul(raw):
+    expected = raw  # the body is canonical text: doc's canonical text is the same, unless
+    if json_holds_nul(raw):  # U+0000 became U+FFFD there
         parsed = replace_nul(parsed)
-    # Python's == takes true for 1: only where a boolean may be (either text says true or false)
-    # is the slower comparison that tells them apart needed.
-    may_hold_booleans = not isinstance(doc, str) or any(
-        word in text for word in ("true", "false") for text in (body, doc)
-    )
+        expected = canonical_bytes(parsed)
     if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
         doc = orjson.loads(doc)
-    same = parsed == doc and (not may_hold_booleans or _same_json(parsed, doc))
+    # Not ==, which takes true for 1; jsonb writes some numbers back otherwise (1e16 as 10000000000000000).
+    same = canonical_bytes(doc) == expected or _same_json(parsed, doc)
     if not same or parsed.get("seq") != seq or parsed.get("type") != type_:
         return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
     if _columns_of(parsed) != (tool_call_id, wall_clock_ms):
@@ -76,8 +74,7 @@ def _record_problem(
 
 
 def _same_json(a: Any, b: Any) -> bool:
-    """Equal as JSON values: numbers by value (jsonb writes `1e2` back as `100`), but a boolean
-    is never a number."""
+    """Equal as JSON values: numbers by value, but a boolean is never a number."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, dict):
