@@ -237,3 +237,14 @@ def test_a_span_twice_in_one_request_with_other_content_is_rejected(agent_client
     assert int(partial["rejectedSpans"]) == 1
     assert spans[0]["spanId"] in partial["errorMessage"]
     assert OtlpSpan.objects.count() == len(spans) - 1
+
+
+def test_verify_calls_valid_the_numbers_jsonb_writes_back_otherwise(agent_client):
+    """jsonb rewrites some numbers (1e16 as 10000000000000000): the same value, not an edit."""
+    payload = {"big": 1e16, "small": 1e-7, "huge": 1.5e300, "whole": 100.0, "flags": [True, False, 1, 0]}
+    event = {"seq": 0, "type": "agentfootprint.agent.turn_start", "payload": payload, "meta": {"runId": "run-n"}}
+    assert agent_client.ingest([event]).status_code == 200
+
+    verdict = agent_client.get("/api/v1/runs/run-n/verify").json()
+
+    assert verdict == {"valid": True, "recordsChecked": 1}
