@@ -76,6 +76,13 @@ class AskAlreadyDecided(LedgerError):
     code = "ERR_ALREADY_DECIDED"
 
 
+class AskStaleDecision(LedgerError):
+    """A decision made on another artifact than the one the ask showed (spec §2.4: ERR_STALE_DECISION)."""
+
+    status = 409
+    code = "ERR_STALE_DECISION"
+
+
 class AskOwnDecision(LedgerError):
     """The key that opened an ask may not decide it: the run would be approving itself."""
 

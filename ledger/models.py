@@ -440,10 +440,11 @@ class Ask(models.Model):
     check_in = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
     pause_data = models.JSONField(decoder=JsonbDecoder)
     checkpoint = models.BinaryField(null=True, blank=True)
-    # The key that opened the ask (by POST /asks or with the events it posted) and the key its
-    # checkpoint is returned to: neither may decide it, since the run would approve itself.
-    opened_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # The key the checkpoint is returned to.
     posted_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Every agent key that opened or reported the ask (POST /asks, its pause events, a re-post),
+    # whichever came first: none of them may decide it, since the run would approve itself.
+    reporting_key_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=8, choices=OnTimeout.choices, default=OnTimeout.DECLINE)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)

@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.contrib.postgres.fields import ArrayField
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -25,7 +26,7 @@ from ledger.envelopes import (
     json_holds_nul,
     replace_nul,
 )
-from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskOwnDecision
+from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskOwnDecision, AskStaleDecision
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event, run_lock
 
@@ -100,9 +101,9 @@ def _check_id(name: str, value: Any, *, required: bool) -> None:
         raise AskInvalid(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.")
 
 
-def _check_decision(kind: str, by_label: str, note: str | None, value: Any) -> None:
+def _check_decision(ask: Ask, via: str, by_label: str, note: str | None, value: Any) -> None:
     """What a decision may carry: it is stored in text and jsonb columns and hashed into the chain,
-    and a consent gate's value is what the framework resumes with (spec §2.7)."""
+    and a consent gate's value is what the framework resumes with (spec §2.4, §2.7)."""
     if not by_label or len(by_label) > MAX_ID_LENGTH or "\x00" in by_label:
         raise AskInvalid(f"by must be a non-empty name of at most {MAX_ID_LENGTH} characters, without U+0000.")
     if note is not None and (len(note) > MAX_NOTE_LENGTH or "\x00" in note):
@@ -111,14 +112,29 @@ def _check_decision(kind: str, by_label: str, note: str | None, value: Any) -> N
         written = orjson.dumps(value)
     except orjson.JSONEncodeError:
         raise AskInvalid(f"value nests deeper than {MAX_DEPTH} levels of arrays and objects.") from None
-    if len(written) > MAX_VALUE_CHARS:
-        raise AskInvalid(f"value may be at most {MAX_VALUE_CHARS:,} characters of JSON; this one is {len(written):,}.")
+    characters = len(written.decode())
+    if characters > MAX_VALUE_CHARS:
+        raise AskInvalid(f"value may be at most {MAX_VALUE_CHARS:,} characters of JSON; this one is {characters:,}.")
     if json_holds_nul(written):
         raise AskInvalid("value must not contain U+0000.")
-    if kind != Ask.Kind.PLAIN and value is not None and not _is_decision_value(value):
+    if ask.kind == Ask.Kind.PLAIN:
+        # The answer is the tool's result; only the deadline pass closes a question without one.
+        if value is None and via != Ask.Via.DEADLINE:
+            raise AskInvalid("A question (askHuman) is answered: send value, the answer its tool returns to the run.")
+        return
+    if value is not None and not _is_decision_value(value):
         raise AskInvalid(
             "value of a check-in or middleware ask is a DecisionValue {kind, value, from?, coverage?}: "
             "kind a string naming what was chosen, value the choice."
+        )
+    asked = ask.component.get("propsRef") if isinstance(ask.component, dict) else None
+    answered = value.get("from") if isinstance(value, dict) else None
+    if asked and answered is not None and answered != asked:  # the framework would refuse to resume with it
+        raise AskStaleDecision(
+            f"The ask showed artifact {asked}, and this decision was made on {answered}: the data "
+            "changed since it was asked. Decide on what the ask shows, or let the run ask again.",
+            asked=asked,
+            answered=answered,
         )
 
 
@@ -161,7 +177,7 @@ def ask_open(
 
     A re-post carrying a checkpoint the first post lacked (an ask opened from events) stores it
     and binds it to this key, the only caller it is ever returned to; one carrying a deadline the
-    ask lacks sets it, with its onTimeout.
+    ask lacks sets it, with its onTimeout. Every key that posts it is barred from deciding it.
     """
     data = _check_pause_data(pause_data)
     nul_at = _path_of_nul(data, "pauseData")
@@ -176,8 +192,8 @@ def ask_open(
         **_fields_for_model(data),
         "session_id": session_id,
         "checkpoint": checkpoint,
-        "opened_by_key": key,
         "posted_by_key": key if checkpoint is not None else None,
+        "reporting_key_ids": [] if key is None else [key.pk],
         "deadline": deadline,
         "on_timeout": on_timeout,
     }
@@ -187,6 +203,7 @@ def ask_open(
     except IntegrityError:
         pass
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
+    _bar_from_deciding(ask, key)
     updated = []
     if checkpoint is not None and ask.checkpoint is None:
         ask.checkpoint, ask.posted_by_key = checkpoint, key
@@ -197,6 +214,16 @@ def ask_open(
     if updated:
         ask.save(update_fields=updated)
     return ask, False
+
+
+def _bar_from_deciding(ask: Ask, key: AgentKey | None) -> None:
+    """Record that `key` reported the ask too (in one statement: the agent's POST and its events
+    may report it at once)."""
+    if key is None or key.pk in ask.reporting_key_ids:
+        return
+    ids = ArrayField(models.BigIntegerField())
+    appended = Func(F("reporting_key_ids"), Value(key.pk), function="array_append", output_field=ids)
+    Ask.objects.filter(pk=ask.pk).exclude(reporting_key_ids__contains=[key.pk]).update(reporting_key_ids=appended)
 
 
 def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
@@ -247,12 +274,13 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
                         run_id=run_id,
                         tool_call_id=pause_data["toolCallId"],
                         session_id=session_id,
-                        opened_by_key=key,
+                        reporting_key_ids=[] if key is None else [key.pk],
                         **_fields_for_model(pause_data),
                     )
                 continue
             except IntegrityError:
                 existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
+        _bar_from_deciding(existing, key)
         updates: dict[str, Any] = {}
         if short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
             updates.update(_fields_for_model(pause_data))
@@ -346,12 +374,12 @@ def ask_decide(
     target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
         raise AskNotFound("No such ask.")
-    if key is not None and key.pk in (target.opened_by_key_id, target.posted_by_key_id):
+    if key is not None and key.pk in target.reporting_key_ids:
         raise AskOwnDecision(
             "This key opened the ask (or posted its checkpoint), so it cannot decide it: a person "
             "decides at /inbox/, or an integration with its own key (scope 'decide')."
         )
-    _check_decision(target.kind, by_label, note, value)
+    _check_decision(target, via, by_label, note, value)
     late = via != Ask.Via.DEADLINE
     # The refusal is raised once this block has committed: a late decider's deadline decision
     # must not roll back with it.

@@ -134,7 +134,7 @@ class Writer:
         ask_id = opened.json()["ask"]["id"]
         by = f"writer-{self.number}"
         decided = self.decider.call(
-            "decide", "POST", f"/api/v1/asks/{ask_id}/decision", json={"approved": True, "by": by, "note": f"s{step}"}
+            "decide", "POST", f"/api/v1/asks/{ask_id}/decision", json={"by": by, "note": f"s{step}", "value": "go"}
         )
         # A retried decision whose first attempt committed is told it was already decided: by us.
         if decided.status_code == 409:

@@ -374,10 +374,10 @@ def test_the_key_whose_events_opened_an_ask_cannot_decide_it(project: Project) -
     both = _sibling(project, [AgentKey.Scope.INGEST, AgentKey.Scope.DECIDE])
     ask = _ingest_pause(both, "run-ev", "call-7")
 
-    _error(_decide(both, ask.pk, approved=True, by="me"), 403, "ERR_OWN_ASK")
+    _error(_decide(both, ask.pk, by="me", value="yes"), 403, "ERR_OWN_ASK")
 
     assert Ask.objects.get(pk=ask.pk).status == Ask.Status.OPEN
-    assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask.pk, approved=True, by="bot").status_code == 200
+    assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask.pk, by="bot", value="yes").status_code == 200
 
 
 def test_the_key_that_opened_an_ask_without_a_checkpoint_cannot_decide_it(project: Project) -> None:

@@ -103,7 +103,7 @@ def test_decision_killed_mid_write_answers_503_and_leaves_the_ask_open(project):
     opened = agent.post_json("/api/v1/asks", body)
     assert opened.status_code == 201, opened.content
     ask_id = opened.json()["ask"]["id"]
-    decision = {"approved": True, "by": "slack:omar"}
+    decision = {"by": "slack:omar", "value": "eu-west"}  # a question is answered
     integration = agent_key_create(project=project, scopes=["decide"])[1]
 
     response = _killed_mid_write(lambda: ApiClient(integration).post_json(f"/api/v1/asks/{ask_id}/decision", decision))
