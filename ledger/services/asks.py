@@ -10,9 +10,8 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.models import User
-from django.contrib.postgres.fields import ArrayField
-from django.db import IntegrityError, connection, models, transaction
-from django.db.models import F, Func, Q, Value
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -221,9 +220,12 @@ def _bar_from_deciding(ask: Ask, key: AgentKey | None) -> None:
     may report it at once)."""
     if key is None or key.pk in ask.reporting_key_ids:
         return
-    ids = ArrayField(models.BigIntegerField())
-    appended = Func(F("reporting_key_ids"), Value(key.pk), function="array_append", output_field=ids)
-    Ask.objects.filter(pk=ask.pk).exclude(reporting_key_ids__contains=[key.pk]).update(reporting_key_ids=appended)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE ledger_ask SET reporting_key_ids = array_append(reporting_key_ids, %s)"
+            " WHERE id = %s AND NOT %s = ANY(reporting_key_ids)",
+            [key.pk, ask.pk, key.pk],
+        )
 
 
 def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
