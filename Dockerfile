@@ -12,5 +12,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && DJANGO_SECRET_KEY=build DATABASE_URL=postgres://unused@localhost/unused python manage.py collectstatic --no-input
 RUN useradd --create-home footprint && chown -R footprint /app
 USER footprint
+# The container's loopback is its own: listen on every interface (compose sets the same).
+ENV HOST=0.0.0.0
 EXPOSE 8000
 CMD ["gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"]

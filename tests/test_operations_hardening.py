@@ -202,6 +202,29 @@ def test_failed_sign_ins_are_throttled_like_failed_keys(django_user_model: Any) 
     assert "_auth_user_id" not in client.session
 
 
+def test_behind_a_trusted_proxy_failures_are_counted_per_client_not_against_the_proxy(
+    django_user_model: Any, settings: Any
+) -> None:
+    """Every request comes from the proxy: counted against it, one client's 30 bad passwords would
+    refuse everyone. The client is the nearest X-Forwarded-For hop that is not a trusted proxy."""
+    settings.FOOTPRINT_TRUSTED_PROXIES = frozenset({"127.0.0.1", "10.0.0.2"})
+    django_user_model.objects.create_user(username="dana", password="correct-horse-battery")
+
+    def sign_in(client_ip: str, password: str) -> int:
+        forwarded = f"6.6.6.6, {client_ip}, 10.0.0.2"  # the left part is the client's own word
+        form = {"username": "dana", "password": password}
+        return Client(HTTP_X_FORWARDED_FOR=forwarded).post("/accounts/login/", form).status_code
+
+    assert [sign_in("203.0.113.9", f"guess-{i}") for i in range(31)][-1] == 429
+    assert sign_in("198.51.100.7", "correct-horse-battery") == 302  # another client behind the proxy
+    assert sign_in("203.0.113.9", "correct-horse-battery") == 429
+
+
+def test_healthz_answers_a_head_probe(db: Any) -> None:
+    response = Client().head("/healthz")
+    assert response.status_code == 200
+
+
 # --- beat ----------------------------------------------------------------------------------------
 
 
