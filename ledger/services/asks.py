@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -264,6 +264,10 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
         if not isinstance(pause_data, dict) or not is_plain_id(pause_data.get("toolCallId")):
             continue
         run_id = _run_of_pause(project, event, pause_data["toolCallId"])
+        if run_id != event.run_id:  # 9.62.0's `consumer-scope` pause: the run it traced to is paused
+            Run.objects.filter(project=project, run_id=run_id, status=Run.Status.RUNNING).update(
+                status=Run.Status.PAUSED, status_seq=F("max_seq")
+            )
         session_id = event.meta.get("sessionId") or (
             Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
         )

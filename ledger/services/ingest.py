@@ -58,6 +58,7 @@ class _RunState:
     chain_length: int
     head: bytes
     max_seq: int
+    has_recording: bool
 
 
 RUN_IDENTITY_KEYS = (*IDENTITY_KEYS, "compositionPath")
@@ -85,7 +86,7 @@ def _lock_run(cur: Cursor[Any], project: Project, run_id: str, events: list[Even
             tenant = COALESCE(ledger_run.tenant, EXCLUDED.tenant),
             principal = COALESCE(ledger_run.principal, EXCLUDED.principal),
             updated_at = now()
-        RETURNING id, chain_length, head_hash, max_seq
+        RETURNING id, chain_length, head_hash, max_seq, has_recording
         """,
         [
             project.pk,
@@ -98,8 +99,8 @@ def _lock_run(cur: Cursor[Any], project: Project, run_id: str, events: list[Even
             bytes(32),
         ],
     )
-    pk, chain_length, head, max_seq = cur.fetchone()  # type: ignore[misc]
-    return _RunState(pk=pk, chain_length=chain_length, head=bytes(head), max_seq=max_seq)
+    pk, chain_length, head, max_seq, has_recording = cur.fetchone()  # type: ignore[misc]
+    return _RunState(pk=pk, chain_length=chain_length, head=bytes(head), max_seq=max_seq, has_recording=has_recording)
 
 
 def _stored_bodies(cur: Cursor[Any], state: _RunState, events: list[Event]) -> dict[int, bytes]:
@@ -412,10 +413,6 @@ def events_ingest(
                 copy.write(rows.finished())
         projection = project_events(new_events)
         _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()}, first_batch)
-        if projection.pauses:
-            from ledger.services.asks import asks_from_events
-
-            asks_from_events(project=project, events=projection.pauses, key=key)
 
         for run_id in sorted(by_run):
             state = states[run_id]
@@ -472,6 +469,16 @@ def events_ingest(
                     gaps_truncated=truncated,
                 )
             )
+        # After the runs' own status: a pause reported under another run's id pauses the run it names.
+        if projection.pauses:
+            from ledger.services.asks import asks_from_events
+
+            asks_from_events(project=project, events=projection.pauses, key=key)
+        recorded = sorted({states[row[0]].pk for row in projection.decisions if states[row[0]].has_recording})
+        if recorded:
+            from ledger.services.recordings import recording_values_attach
+
+            recording_values_attach(run_pks=recorded)
     return receipts
 
 

@@ -82,6 +82,13 @@ def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
     return attached
 
 
+def recording_values_attach(*, run_pks: list[int]) -> None:
+    """Give decisions projected after their run's recordings arrived (a late batch) the
+    before/after values the recordings' snapshots hold, as when the recording came last."""
+    for recording in Recording.objects.filter(run_id__in=run_pks).select_related("run").order_by("id"):
+        _attach_decision_values(recording.run, parse_stream_json(bytes(recording.body)))
+
+
 def _dropped_events(run_info: dict[str, Any]) -> int:
     dropped = run_info.get("droppedEvents", 0)
     if dropped is None:
@@ -126,4 +133,5 @@ def recording_ingest(*, project: Project, body: bytes, key: AgentKey | None = No
     )
     if created:
         _attach_decision_values(run, envelope)
+        Run.objects.filter(pk=run.pk, has_recording=False).update(has_recording=True)
     return receipt, created

@@ -1,4 +1,4 @@
-"""Review of ingestion and projections: each test names the behaviour the server should have."""
+"""Projections that do not depend on arrival order: a recording before its late events, a pause reported elsewhere."""
 
 from typing import Any
 
@@ -46,7 +46,7 @@ def test_recording_before_and_after_reach_a_decision_whose_event_arrives_after_t
     events = _b_run_events()
     rows = load_fixture("b-middleware/ledger-at-pause.json")["rows"]
     transform = next(r for r in rows if r["changed"])
-    assert transform["middleware"] == "normalize-currency" and transform["toolCallId"] == "t1"
+    assert (transform["middleware"], transform["toolCallId"]) == ("normalize-currency", "t1")
 
     response = agent_client.post_json("/api/v1/recordings", _recording(B_RUN, events[30:], rows, first=30))
     assert response.status_code == 201, response.content
