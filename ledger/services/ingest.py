@@ -378,9 +378,10 @@ def events_ingest(
 
     Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended
     to each run's chain in seq order within the batch), the projections of the new events, the
-    runs' summaries, and the asks that pause events open (ledger.services.asks), as opened by
-    `key`, the agent key that posted them. Raises SeqConflict, storing nothing, when a seq is
-    re-sent with new content.
+    runs' summaries, the asks that pause events open (ledger.services.asks), as opened by
+    `key`, the agent key that posted them, and, on new decisions of a run with a stored
+    recording, its before/after values. Raises SeqConflict, storing nothing, when a seq is re-sent
+    with new content.
     """
     by_run: dict[str, list[Event]] = defaultdict(list)
     for event in events:
