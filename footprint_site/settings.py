@@ -177,6 +177,7 @@ SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=31_536_000 if HTTPS
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", default=True)
 # The directive only allows a submission to the browsers' preload list; the operator decides that.
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_HSTS_PRELOAD", default=False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]  # check --deploy asks for preload: see above
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # The proxies' own addresses: failed keys and sign-ins are then counted per client (X-Forwarded-For),
 # not all against the proxy, whose 429 would shut every agent and person out at once.

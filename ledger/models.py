@@ -447,7 +447,7 @@ class Ask(models.Model):
     posted_by_key = models.ForeignKey(AgentKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     # Every agent key that opened or reported the ask (POST /asks, its pause events, a re-post),
     # whichever came first: none of them may decide it, since the run would approve itself.
-    reporting_key_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    reporting_key_ids = ArrayField(models.BigIntegerField(), default=list, db_default=[], blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=8, choices=OnTimeout.choices, default=OnTimeout.DECLINE)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)

@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
             model_name="ask",
             name="reporting_key_ids",
             field=django.contrib.postgres.fields.ArrayField(
-                base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                base_field=models.BigIntegerField(), blank=True, db_default=[], default=list, size=None
             ),
         ),
         migrations.RunSQL(FORWARD, reverse_sql=migrations.RunSQL.noop),

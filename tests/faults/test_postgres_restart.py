@@ -244,7 +244,7 @@ def test_acknowledged_writes_survive_a_postgres_restart(
         )
         decider = Agent(api_client(web.url, decider_key))
         decided = decider.call(
-            "decide", "POST", f"/api/v1/asks/{waiting_ask}/decision", json={"approved": False, "by": "late"}
+            "decide", "POST", f"/api/v1/asks/{waiting_ask}/decision", json={"by": "late", "value": "stop"}
         )
         assert decided.status_code == 200, decided.text
         decided_at = time.monotonic()
