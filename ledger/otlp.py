@@ -384,8 +384,12 @@ def _agent(span: Span) -> tuple[Planned, Planned | None]:
     end: Planned | None
     if _failed(span):
         # A failed turn ends in error.fatal, not turn_end (which would mark the run completed); the
-        # adapter usually records it as a span event already.
-        already = any(e["name"] == AF_PREFIX + "error.fatal" for e in span.events)
+        # adapter usually records it as a span event already. A listener's error.fatal (stage
+        # 'observer') fails no run, so it is not that record.
+        already = any(
+            e["name"] == AF_PREFIX + "error.fatal" and e["attributes"].get("agentfootprint.error.stage") != "observer"
+            for e in span.events
+        )
         payload = _some(message=span.status_message or None, errorType=_str(a, "error.type"), source="otlp")
         end = None if already else ("error.fatal", payload, span.end_unix_nano)
     else:

@@ -15,15 +15,22 @@ from ledger.envelopes import Event, replace_nul
 
 PREFIX = "agentfootprint."
 
-# The event that moved a run into each state; the one with the highest seq wins.
+# The event that moved a run into each state; the one with the highest seq wins. `pause.resume`
+# moves none: a resume runs as a new run (spec §2.4), so the run that paused keeps `paused` as its
+# outcome whether the observer folded the event into it or it came under `consumer-scope`.
 STATUS_BY_TYPE = {
     "agent.turn_start": "running",
-    "pause.resume": "running",
     "pause.request": "paused",
     "agent.turn_end": "completed",
     "error.fatal": "failed",
     "permission.halt": "halted",
 }
+
+
+def is_listener_error(short_type: str, payload: Any) -> bool:
+    """A listener's exception, which the framework reports as `error.fatal` with stage 'observer'
+    (spec §4.1). Listeners are fire-and-forget, so the run goes on: it has not failed."""
+    return short_type == "error.fatal" and isinstance(payload, dict) and payload.get("stage") == "observer"
 
 
 def json_text(payload: dict[str, Any], key: str) -> str | None:
@@ -397,7 +404,7 @@ def project_events(events: Iterable[Event]) -> Projection:
             continue  # not the framework's: kept verbatim, projected into nothing
         short_type = event.type[len(PREFIX) :]
         status = STATUS_BY_TYPE.get(short_type)
-        if status and event.seq > delta.status_seq:
+        if status and event.seq > delta.status_seq and not is_listener_error(short_type, event.payload):
             delta.status, delta.status_seq = status, event.seq
         projector = PROJECTORS.get(short_type)
         payload = event.payload
