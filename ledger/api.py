@@ -17,7 +17,7 @@ from footprint_site.lib.times import to_utc
 from footprint_site.responses import json_response
 from ledger import selectors, selectors_integrity, services
 from ledger.envelopes import parse_event_batch, parse_json
-from ledger.exceptions import AskInvalid, InvalidParameter
+from ledger.exceptions import AskInvalid, AskSuperseded, InvalidParameter
 from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,
@@ -219,6 +219,7 @@ def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
         ("question", ask.question),
         ("middleware", ask.middleware),
         ("deadline", _iso(ask.deadline)),
+        ("supersededBy", ask.superseded_by_id),
     ):
         if value is not None:
             out[key] = value
@@ -281,11 +282,14 @@ def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
 
 @router.get("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
 def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> HttpResponse:
-    """The decision, at once when made; with `wait` (≤ 55 s) the request is held open until it is."""
+    """The decision, at once when made; with `wait` (≤ 55 s) the request is held open until it is.
+    409 `ERR_ASK_SUPERSEDED` once the ask's session paused again: it will never be decided."""
     if not math.isfinite(wait):
         raise InvalidParameter("wait must be a number of seconds from 0 to 55.")
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
     ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
+    if ask.status == Ask.Status.SUPERSEDED:  # it will never be decided: waiting again would wait forever
+        raise AskSuperseded.of(session_id=ask.session_id, superseded_by=ask.superseded_by_id)
     decision = ask.decision()
     if decision is None:
         return json_response({"status": "open"})

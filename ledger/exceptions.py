@@ -70,10 +70,25 @@ class AskNotFound(LedgerError):
 
 
 class AskAlreadyDecided(LedgerError):
-    """A second decision: the answer names who decided first, and when."""
+    """A decision on an ask that is no longer open: the answer names who decided first, and when."""
 
     status = 409
     code = "ERR_ALREADY_DECIDED"
+
+
+class AskSuperseded(AskAlreadyDecided):
+    """A decision on, or a wait for, an ask its session's later pause closed: no run waits on it."""
+
+    code = "ERR_ASK_SUPERSEDED"
+
+    @classmethod
+    def of(cls, *, session_id: str | None, superseded_by: int | None) -> "AskSuperseded":
+        later = f"ask {superseded_by}" if superseded_by is not None else "a later ask"
+        return cls(
+            f"This ask was superseded by {later}: session {session_id!r} paused again, and a session "
+            "waits on one ask at a time, so no run waits for a decision here.",
+            supersededBy=superseded_by,
+        )
 
 
 class AskStaleDecision(LedgerError):

@@ -419,6 +419,8 @@ class Ask(models.Model):
     class Status(models.TextChoices):
         OPEN = "open"
         DECIDED = "decided"
+        # Its session paused again while it was open (at most one open ask per session).
+        SUPERSEDED = "superseded"
 
     class Via(models.TextChoices):
         PAGE = "page"
@@ -450,8 +452,10 @@ class Ask(models.Model):
     reporting_key_ids = ArrayField(models.BigIntegerField(), default=list, db_default=[], blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=8, choices=OnTimeout.choices, default=OnTimeout.DECLINE)
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     created_at = models.DateTimeField(db_default=Now())
+    # The session's later ask that closed this one undecided; it was opened (created_at) then.
+    superseded_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     # The decision, written once by a conditional UPDATE … WHERE status = 'open'.
     approved = models.BooleanField(null=True, blank=True)
     decided_by_label = models.TextField(null=True, blank=True)
@@ -470,7 +474,7 @@ class Ask(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "run_id", "tool_call_id"], name="ask_one_per_tool_call"),
             models.CheckConstraint(
-                condition=models.Q(status="open", decided_at__isnull=True)
+                condition=models.Q(status__in=["open", "superseded"], decided_at__isnull=True)
                 | models.Q(status="decided", decided_at__isnull=False),
                 name="ask_decided_has_time",
             ),
@@ -479,6 +483,9 @@ class Ask(models.Model):
             models.Index(fields=["status", "-created_at"], name="ask_open_newest"),
             models.Index(fields=["project", "status", "-id"], name="ask_inbox"),
             models.Index(fields=["deadline"], name="ask_deadline", condition=models.Q(status="open")),
+            models.Index(
+                fields=["project", "session_id"], name="ask_open_in_session", condition=models.Q(status="open")
+            ),
         ]
 
     def __str__(self) -> str:

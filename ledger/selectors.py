@@ -201,19 +201,22 @@ def ask_get(*, project: Project, ask_id: int) -> Ask:
     return ask
 
 
-DECISION_FIELDS = ("status", "approved", "decided_by_label", "decided_at", "decided_via", "note", "value", "kind")
+DECISION_FIELDS = (
+    "status", "approved", "decided_by_label", "decided_at", "decided_via", "note", "value", "kind", "superseded_by",
+)  # fmt: skip
 
 
 def ask_wait_for_decision(*, ask: Ask, wait_seconds: float) -> Ask:
-    """Return as soon as the ask is decided, or when the wait ends. Woken by NOTIFY, not by polling."""
-    if ask.status == Ask.Status.DECIDED or wait_seconds <= 0:
+    """Return as soon as the ask is closed (decided or superseded), or when the wait ends. Woken by
+    NOTIFY, not by polling."""
+    if ask.status != Ask.Status.OPEN or wait_seconds <= 0:
         return ask
     key = str(ask.pk)
     woken = ask_decisions.register(key)
     try:
         ask.refresh_from_db(fields=DECISION_FIELDS)  # registered first: a decision from here on wakes us
         deadline = time.monotonic() + min(wait_seconds, ASK_WAIT_MAX_SECONDS)
-        while ask.status != Ask.Status.DECIDED:
+        while ask.status == Ask.Status.OPEN:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -264,8 +267,8 @@ def inbox_count(*, user: User | AnonymousUser) -> int:
 def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, str]:
     """The ask and the user's role in its project (auditors read, approvers decide), else 404."""
     ask = (
-        Ask.objects.select_related("project", "decided_by")
-        .defer("checkpoint")
+        Ask.objects.select_related("project", "decided_by", "superseded_by")
+        .defer("checkpoint", "superseded_by__checkpoint")
         .filter(pk=ask_id, project__in=projects_for_user(user))
         .first()
     )

@@ -25,7 +25,14 @@ from ledger.envelopes import (
     json_holds_nul,
     replace_nul,
 )
-from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskOwnDecision, AskStaleDecision
+from ledger.exceptions import (
+    AskAlreadyDecided,
+    AskInvalid,
+    AskNotFound,
+    AskOwnDecision,
+    AskStaleDecision,
+    AskSuperseded,
+)
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
 from ledger.services.ingest import run_append_server_event, run_lock
 
@@ -198,9 +205,12 @@ def ask_open(
     }
     try:
         with transaction.atomic():
-            return Ask.objects.create(project=project, run_id=run_id, tool_call_id=data["toolCallId"], **defaults), True
+            ask = Ask.objects.create(project=project, run_id=run_id, tool_call_id=data["toolCallId"], **defaults)
     except IntegrityError:
         pass
+    else:
+        _supersede_earlier_in_session(ask)
+        return ask, True
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
     _bar_from_deciding(ask, key)
     updated = []
@@ -213,6 +223,24 @@ def ask_open(
     if updated:
         ask.save(update_fields=updated)
     return ask, False
+
+
+def _supersede_earlier_in_session(newer: Ask) -> None:
+    """Close the session's earlier open asks undecided: a session has at most one open ask (spec
+    §9.3). Its host refuses a new turn while a question is outstanding (ERR_AWAITING_DECISION), so
+    a session that paused again had its earlier pause answered elsewhere or dropped: no run waits
+    on that ask, and a decision there would reach nothing. Earlier is by arrival (the ask's id).
+    Its waiting long-polls are woken, to be told."""
+    if newer.session_id is None:
+        return
+    earlier = Ask.objects.filter(
+        project_id=newer.project_id, session_id=newer.session_id, status=Ask.Status.OPEN, pk__lt=newer.pk
+    )
+    # Locked first: a decision that commits meanwhile wins, and its ask is no longer selected.
+    stale = list(earlier.select_for_update().values_list("pk", flat=True))
+    Ask.objects.filter(pk__in=stale).update(status=Ask.Status.SUPERSEDED, superseded_by=newer)
+    for ask_id in stale:
+        _wake_waiters(ask_id)
 
 
 def _bar_from_deciding(ask: Ask, key: AgentKey | None) -> None:
@@ -275,7 +303,7 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
         if existing is None:
             try:
                 with transaction.atomic():  # the agent's own POST /asks may open it at this moment
-                    Ask.objects.create(
+                    opened = Ask.objects.create(
                         project=project,
                         run_id=run_id,
                         tool_call_id=pause_data["toolCallId"],
@@ -283,17 +311,21 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
                         reporting_key_ids=[] if key is None else [key.pk],
                         **_fields_for_model(pause_data),
                     )
-                continue
             except IntegrityError:
                 existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
+            else:
+                _supersede_earlier_in_session(opened)
+                continue
         _bar_from_deciding(existing, key)
         updates: dict[str, Any] = {}
         if short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
             updates.update(_fields_for_model(pause_data))
         if existing.session_id is None and session_id:
-            updates["session_id"] = session_id
+            updates["session_id"] = existing.session_id = session_id
         if updates:
             Ask.objects.filter(pk=existing.pk).update(**updates)
+        if "session_id" in updates and existing.status == Ask.Status.OPEN:
+            _supersede_earlier_in_session(existing)
 
 
 def _close_reported(project: Project, payload: dict[str, Any]) -> None:
@@ -316,19 +348,23 @@ def _close_reported(project: Project, payload: dict[str, Any]) -> None:
     )
     if claimed:
         # The run's own checkin.decision is the chain's record of it; the long-polls still wake.
-        _notify_decided(candidates[0].pk)
+        _wake_waiters(candidates[0].pk)
 
 
-def _notify_decided(ask_id: int) -> None:
-    """Wake every long-poll waiting on the ask, at commit (NOTIFY is transactional)."""
+def _wake_waiters(ask_id: int) -> None:
+    """Wake every long-poll waiting on the ask (decided or superseded), at commit (NOTIFY is
+    transactional)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, str(ask_id)])
 
 
 def _already_decided(ask_id: int) -> AskAlreadyDecided | AskNotFound:
+    """Why an ask could not be claimed: decided (by whom, when) or superseded."""
     ask = Ask.objects.filter(pk=ask_id).first()
     if ask is None:
         return AskNotFound("No such ask.")  # deleted (with its project) since it was looked up
+    if ask.status == Ask.Status.SUPERSEDED:
+        return AskSuperseded.of(session_id=ask.session_id, superseded_by=ask.superseded_by_id)
     when = ask.decided_at.isoformat() if ask.decided_at else "earlier"
     if ask.decided_via == Ask.Via.DEADLINE:
         message = (
@@ -444,7 +480,7 @@ def _decision_record(
     if key is not None:
         payload["byKey"] = key.prefix
     run_append_server_event(project=ask.project, run_id=ask.run_id, type_=DECISION_EVENT, payload=payload)
-    _notify_decided(ask.pk)
+    _wake_waiters(ask.pk)
     endpoint = getattr(ask.project, "webhook", None)
     if endpoint is not None and endpoint.active:
         from ledger import tasks

@@ -1,5 +1,5 @@
-"""The migrations agree with the models, and the one that re-keys stored events keeps every event
-and its chain, both ways."""
+"""The migrations agree with the models; the one that re-keys stored events keeps every event and
+its chain, both ways; the one to one open ask per session leaves each session its newest open ask."""
 
 from io import StringIO
 from typing import Any
@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ledger.models import Run
+from ledger.models import Ask, Run
 from tests.conftest import fixture_events
 
 BEFORE_REKEY = ("ledger", "0007_toolcall_args_and_result_read_from_events")
@@ -63,3 +63,30 @@ def test_stored_events_are_keyed_by_run_and_position_and_the_rekey_reverses_with
 
     verdict = agent_client.get(f"/api/v1/runs/{Run.objects.get().run_id}/verify").json()
     assert verdict["valid"] is True
+
+
+BEFORE_SUPERSEDED = ("ledger", "0015_run_has_recording")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_one_open_ask_per_session_supersedes_the_earlier_open_asks(project) -> None:
+    rows = [("r1", "s1", "open"), ("r2", "s1", "decided"), ("r3", "s1", "open"), ("r4", "s1", "open")]
+    rows += [("r5", "s2", "open"), ("r6", None, "open"), ("r7", None, "open")]
+    try:
+        _migrate(BEFORE_SUPERSEDED)
+        with connection.cursor() as cursor:
+            for run_id, session, status in rows:
+                cursor.execute(
+                    "INSERT INTO ledger_ask (project_id, run_id, session_id, tool_call_id, kind, pause_data, status,"
+                    " on_timeout, decided_at) VALUES (%s, %s, %s, 't1', 'ask', '{}', %s, 'decline',"
+                    " CASE WHEN %s = 'decided' THEN now() END)",
+                    [project.pk, run_id, session, status, status],
+                )
+    finally:
+        _migrate()
+    asks = {ask.run_id: ask for ask in Ask.objects.all()}
+    newest = asks["r4"].pk
+    assert {run: (ask.status, ask.superseded_by_id) for run, ask in asks.items()} == {
+        "r1": ("superseded", newest), "r2": ("decided", None), "r3": ("superseded", newest),
+        "r4": ("open", None), "r5": ("open", None), "r6": ("open", None), "r7": ("open", None),
+    }  # fmt: skip

@@ -356,7 +356,9 @@ class Client:
         Long-polls (``?wait=55``; the server answers the moment the decision commits, it does not
         sleep-loop) again and again, so an agent needs no polling interval of its own. With
         ``timeout`` (seconds) it gives up with ``TimeoutError`` once that much time has passed;
-        ``timeout=0`` checks once without waiting.
+        ``timeout=0`` checks once without waiting. Raises ``FootprintError`` (409,
+        ``ERR_ASK_SUPERSEDED``, ``body["supersededBy"]``) once the ask's session paused again:
+        that ask will never be decided.
         """
         give_up = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:

@@ -1,0 +1,39 @@
+"""What the asks tests post and how: the b fixture's paused outcome, and the API calls around it."""
+
+import copy
+from typing import Any
+
+from ledger.models import AgentKey, Project
+from ledger.services import agent_key_create
+from tests.conftest import ApiClient, load_fixture
+
+ASKS = "/api/v1/asks"
+B_OUTCOME = load_fixture("b-middleware/ask-pause.json")["pauseOutcome"]
+B_CHECKPOINT = load_fixture("b-middleware/ask-checkpoint.json")
+B_RUN = "run-1796043009968-3"
+
+
+def sibling(project: Project, scopes: list[str] | None = None) -> ApiClient:
+    """Another agent key of the same project (every scope unless `scopes` says)."""
+    return ApiClient(agent_key_create(project=project, scopes=scopes or list(AgentKey.Scope.values))[1])
+
+
+def b_body(run_id: str = B_RUN, **extra: Any) -> dict[str, Any]:
+    """What an agent posts: the paused outcome (with its real checkpoint) plus runId."""
+    return {**copy.deepcopy(B_OUTCOME), "checkpoint": copy.deepcopy(B_CHECKPOINT), "runId": run_id, **extra}
+
+
+def plain_body(tool_call_id: str = "q1", run_id: str = "run-q") -> dict[str, Any]:
+    return {"runId": run_id, "pauseData": {"toolCallId": tool_call_id, "toolName": "ask_user", "question": "Region?"}}
+
+
+def open_ask(client: ApiClient, body: dict[str, Any] | None = None, status: int = 201) -> dict[str, Any]:
+    """POST the body (the b outcome by default); the ask the server answers with."""
+    response = client.post_json(ASKS, body if body is not None else b_body())
+    assert response.status_code == status, response.content
+    ask: dict[str, Any] = response.json()["ask"]
+    return ask
+
+
+def decide(client: ApiClient, ask_id: int, **body: Any) -> Any:
+    return client.post_json(f"{ASKS}/{ask_id}/decision", body)
