@@ -13,6 +13,10 @@ B_CHECKPOINT = load_fixture("b-middleware/ask-checkpoint.json")
 B_RUN = "run-1796043009968-3"
 
 
+def secret_of(client: ApiClient) -> str:
+    return str(client.defaults["HTTP_AUTHORIZATION"]).removeprefix("Bearer ")
+
+
 def sibling(project: Project, scopes: list[str] | None = None) -> ApiClient:
     """Another agent key of the same project (every scope unless `scopes` says)."""
     return ApiClient(agent_key_create(project=project, scopes=scopes or list(AgentKey.Scope.values))[1])
@@ -37,3 +41,13 @@ def open_ask(client: ApiClient, body: dict[str, Any] | None = None, status: int 
 
 def decide(client: ApiClient, ask_id: int, **body: Any) -> Any:
     return client.post_json(f"{ASKS}/{ask_id}/decision", body)
+
+
+def refused(response: Any, status: int, code: str) -> dict[str, Any]:
+    """The refusal's body, once it is the `status` and `code` expected, with a sentence."""
+    assert response.status_code == status, response.content
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code, body
+    assert isinstance(body["error"], str)
+    assert body["error"]
+    return body

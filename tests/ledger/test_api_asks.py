@@ -11,30 +11,24 @@ from django.db import connections
 from django.test import Client
 
 from ledger.models import AgentKey, Ask, Membership, Project, RunEvent
-from ledger.services import agent_key_create, membership_grant
+from ledger.services import membership_grant
 from tests.conftest import ApiClient, load_fixture, numbered_per_run
+from tests.ledger.ask_helpers import (
+    ASKS,
+    B_CHECKPOINT,
+    B_RUN,
+    b_body,
+    decide,
+    open_ask,
+    plain_body,
+    refused,
+    secret_of,
+    sibling,
+)
 
 pytestmark = pytest.mark.django_db
 
-ASKS = "/api/v1/asks"
-B_OUTCOME = load_fixture("b-middleware/ask-pause.json")["pauseOutcome"]
-B_CHECKPOINT = load_fixture("b-middleware/ask-checkpoint.json")
-B_RUN = "run-1796043009968-3"
 MARKER = "CHECKPOINT-ONLY-7f3a9c2e-d41b"  # appears nowhere but inside the posted checkpoint
-
-
-def _secret_of(client: ApiClient) -> str:
-    return client.defaults["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
-
-
-def _sibling(project: Project, scopes: list[str] | None = None) -> ApiClient:
-    """Another agent key of the same project."""
-    return ApiClient(agent_key_create(project=project, scopes=scopes or list(AgentKey.Scope.values))[1])
-
-
-def _b_body(run_id: str = B_RUN, **extra: Any) -> dict[str, Any]:
-    """What an agent posts: the paused outcome (with its real checkpoint) plus runId."""
-    return {**copy.deepcopy(B_OUTCOME), "checkpoint": copy.deepcopy(B_CHECKPOINT), "runId": run_id, **extra}
 
 
 def _marked_checkpoint() -> dict[str, Any]:
@@ -45,34 +39,11 @@ def _marked_checkpoint() -> dict[str, Any]:
     return checkpoint
 
 
-def _plain_body(tool_call_id: str = "q1", run_id: str = "run-q") -> dict[str, Any]:
-    return {"runId": run_id, "pauseData": {"toolCallId": tool_call_id, "toolName": "ask_user", "question": "Region?"}}
-
-
-def _open(client: ApiClient, body: dict[str, Any] | None = None, status: int = 201) -> dict[str, Any]:
-    response = client.post_json(ASKS, body if body is not None else _b_body())
-    assert response.status_code == status, response.content
-    return response.json()["ask"]
-
-
-def _decide(client: ApiClient, ask_id: int, **body: Any) -> Any:
-    return client.post_json(f"{ASKS}/{ask_id}/decision", body)
-
-
-def _error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert body["code"] == code
-    assert isinstance(body["error"], str)
-    assert body["error"]
-    return body
-
-
 # Opening
 
 
 def test_open_ask_first_post_is_201_with_the_ask(agent_client: ApiClient) -> None:
-    response = agent_client.post_json(ASKS, _b_body(sessionId="fixture-session-b-declined"))
+    response = agent_client.post_json(ASKS, b_body(sessionId="fixture-session-b-declined"))
 
     assert response.status_code == 201, response.content
     ask = response.json()["ask"]
@@ -93,9 +64,9 @@ def test_open_ask_first_post_is_201_with_the_ask(agent_client: ApiClient) -> Non
 
 
 def test_open_ask_repost_is_200_with_the_same_ask(agent_client: ApiClient) -> None:
-    first = _open(agent_client)
+    first = open_ask(agent_client)
 
-    again = agent_client.post_json(ASKS, _b_body())
+    again = agent_client.post_json(ASKS, b_body())
 
     assert again.status_code == 200, again.content
     assert again.json()["ask"]["id"] == first["id"]
@@ -103,14 +74,14 @@ def test_open_ask_repost_is_200_with_the_same_ask(agent_client: ApiClient) -> No
 
 
 def test_open_ask_repost_by_another_key_is_the_same_ask(agent_client: ApiClient, project: Project) -> None:
-    first = _open(agent_client)
+    first = open_ask(agent_client)
 
-    assert _open(_sibling(project), status=200)["id"] == first["id"]
+    assert open_ask(sibling(project), status=200)["id"] == first["id"]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_open_ask_ten_at_once_is_one_ask(agent_client: ApiClient) -> None:
-    secret = _secret_of(agent_client)
+    secret = secret_of(agent_client)
     barrier = threading.Barrier(10)
     answers: list[tuple[int, int]] = []
     lock = threading.Lock()
@@ -119,7 +90,7 @@ def test_open_ask_ten_at_once_is_one_ask(agent_client: ApiClient) -> None:
         try:
             client = ApiClient(secret)
             barrier.wait(timeout=30)
-            response = client.post_json(ASKS, _b_body())
+            response = client.post_json(ASKS, b_body())
             with lock:
                 answers.append((response.status_code, response.json()["ask"]["id"]))
         finally:
@@ -137,7 +108,7 @@ def test_open_ask_ten_at_once_is_one_ask(agent_client: ApiClient) -> None:
 
 
 def test_open_ask_with_deadline_and_on_timeout(agent_client: ApiClient) -> None:
-    ask = _open(agent_client, _b_body(deadline="2026-12-01T09:00:00+01:00", onTimeout="approve"))
+    ask = open_ask(agent_client, b_body(deadline="2026-12-01T09:00:00+01:00", onTimeout="approve"))
 
     assert datetime.fromisoformat(ask["deadline"]) == datetime.fromisoformat("2026-12-01T08:00:00+00:00")
     assert ask["onTimeout"] == "approve"
@@ -149,7 +120,7 @@ def test_open_ask_check_in_pause(agent_client: ApiClient) -> None:
     outcome = load_fixture("c-checkin/checkin-pause.json")["pauseOutcome"]
     body = {**outcome, "checkpoint": load_fixture("c-checkin/checkin-checkpoint.json"), "runId": "run-c"}
 
-    ask = _open(agent_client, body)
+    ask = open_ask(agent_client, body)
 
     assert ask["kind"] == "checkIn"
     assert ask["toolCallId"] == "c3"
@@ -157,7 +128,7 @@ def test_open_ask_check_in_pause(agent_client: ApiClient) -> None:
 
 
 def test_open_ask_plain_pause(agent_client: ApiClient) -> None:
-    ask = _open(agent_client, _plain_body())
+    ask = open_ask(agent_client, plain_body())
 
     assert (ask["kind"], ask["question"], ask["toolName"]) == ("plain", "Region?", "ask_user")
 
@@ -180,19 +151,19 @@ def test_open_ask_plain_pause(agent_client: ApiClient) -> None:
     ],
 )
 def test_open_ask_invalid_body_is_422(agent_client: ApiClient, body: Any) -> None:
-    _error(agent_client.post_json(ASKS, body), 422, "ERR_INVALID_ASK")
+    refused(agent_client.post_json(ASKS, body), 422, "ERR_INVALID_ASK")
     assert not Ask.objects.exists()
 
 
 def test_open_ask_malformed_json_is_400(agent_client: ApiClient) -> None:
-    _error(agent_client.post_json(ASKS, b'{"runId": '), 400, "ERR_MALFORMED_JSON")
+    refused(agent_client.post_json(ASKS, b'{"runId": '), 400, "ERR_MALFORMED_JSON")
 
 
 # Reading, and who sees the checkpoint
 
 
 def test_get_ask_returns_it(agent_client: ApiClient) -> None:
-    opened = _open(agent_client)
+    opened = open_ask(agent_client)
 
     response = agent_client.get(f"{ASKS}/{opened['id']}")
 
@@ -203,11 +174,11 @@ def test_get_ask_returns_it(agent_client: ApiClient) -> None:
 
 def test_get_ask_checkpoint_only_for_the_posting_key(agent_client: ApiClient, project: Project) -> None:
     checkpoint = _marked_checkpoint()
-    ask_id = _open(agent_client, _b_body(checkpoint=checkpoint))["id"]
-    sibling = _sibling(project)
+    ask_id = open_ask(agent_client, b_body(checkpoint=checkpoint))["id"]
+    other_key = sibling(project)
 
     mine = agent_client.get(f"{ASKS}/{ask_id}")
-    theirs = sibling.get(f"{ASKS}/{ask_id}")
+    theirs = other_key.get(f"{ASKS}/{ask_id}")
 
     assert mine.json()["ask"]["checkpoint"] == checkpoint
     assert theirs.status_code == 200
@@ -221,9 +192,9 @@ def test_get_ask_checkpoint_of_an_event_ask_goes_to_the_key_that_added_it(
     events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
     assert agent_client.ingest(events).status_code == 200
     from_events = Ask.objects.get()
-    poster = _sibling(project, ["asks"])
+    poster = sibling(project, ["asks"])
 
-    ask = _open(poster, _b_body(checkpoint=_marked_checkpoint()), status=200)
+    ask = open_ask(poster, b_body(checkpoint=_marked_checkpoint()), status=200)
 
     assert ask["id"] == from_events.pk
     assert poster.get(f"{ASKS}/{ask['id']}").json()["ask"]["checkpoint"]["privateNote"] == MARKER
@@ -235,7 +206,7 @@ def test_checkpoint_never_appears_in_any_page(
 ) -> None:
     events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
     assert agent_client.ingest(events).status_code == 200
-    ask_id = _open(agent_client, _b_body(checkpoint=_marked_checkpoint()), status=200)["id"]
+    ask_id = open_ask(agent_client, b_body(checkpoint=_marked_checkpoint()), status=200)["id"]
     assert MARKER in agent_client.get(f"{ASKS}/{ask_id}").content.decode()  # the marker is really stored
     approver = django_user_model.objects.create_user(username="bob", password="pw-bob")
     membership_grant(user=approver, project=project, role=Membership.Role.APPROVER)
@@ -277,7 +248,7 @@ def test_checkpoint_never_appears_in_any_page(
 
 def _operations(ask_id: int) -> list[tuple[str, str, Any]]:
     return [
-        ("post", ASKS, _b_body()),
+        ("post", ASKS, b_body()),
         ("get", f"{ASKS}/{ask_id}", None),
         ("get", f"{ASKS}/{ask_id}/decision", None),
         ("post", f"{ASKS}/{ask_id}/decision", {"approved": True, "by": "x"}),
@@ -289,22 +260,22 @@ def _call(client: ApiClient, method: str, path: str, body: Any) -> Any:
 
 
 def test_asks_without_key_are_401(agent_client: ApiClient, anonymous_api_client: ApiClient) -> None:
-    ask_id = _open(agent_client, _plain_body())["id"]
+    ask_id = open_ask(agent_client, plain_body())["id"]
     wrong_key = ApiClient("afk_nothing_like_a_real_key")
 
     for client in (anonymous_api_client, wrong_key):
         for method, path, body in _operations(ask_id):
             response = _call(client, method, path, body)
-            _error(response, 401, "ERR_UNAUTHENTICATED")
+            refused(response, 401, "ERR_UNAUTHENTICATED")
             assert response["WWW-Authenticate"].startswith("Bearer")
     assert Ask.objects.get().status == Ask.Status.OPEN
 
 
 def test_asks_without_asks_scope_are_403(agent_client: ApiClient, ingest_only_client: ApiClient) -> None:
-    ask_id = _open(agent_client, _plain_body())["id"]
+    ask_id = open_ask(agent_client, plain_body())["id"]
 
     for method, path, body in _operations(ask_id):
-        body_out = _error(_call(ingest_only_client, method, path, body), 403, "ERR_SCOPE")
+        body_out = refused(_call(ingest_only_client, method, path, body), 403, "ERR_SCOPE")
         assert ("'decide'" if (method, path) == ("post", f"{ASKS}/{ask_id}/decision") else "'asks'") in body_out[
             "error"
         ]
@@ -315,22 +286,22 @@ def test_asks_without_asks_scope_are_403(agent_client: ApiClient, ingest_only_cl
 def test_asks_of_another_project_are_404(
     agent_client: ApiClient, other_agent_client: ApiClient, other_project: Project
 ) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
 
-    _error(other_agent_client.get(f"{ASKS}/{ask_id}"), 404, "ERR_ASK_NOT_FOUND")
-    _error(other_agent_client.get(f"{ASKS}/{ask_id}/decision"), 404, "ERR_ASK_NOT_FOUND")
-    other_integration = _sibling(other_project, [AgentKey.Scope.DECIDE])
-    _error(_decide(other_integration, ask_id, approved=True, by="intruder"), 404, "ERR_ASK_NOT_FOUND")
+    refused(other_agent_client.get(f"{ASKS}/{ask_id}"), 404, "ERR_ASK_NOT_FOUND")
+    refused(other_agent_client.get(f"{ASKS}/{ask_id}/decision"), 404, "ERR_ASK_NOT_FOUND")
+    other_integration = sibling(other_project, [AgentKey.Scope.DECIDE])
+    refused(decide(other_integration, ask_id, approved=True, by="intruder"), 404, "ERR_ASK_NOT_FOUND")
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
     # the same run and tool call in the other project is that project's own ask
-    theirs = _open(other_agent_client)
+    theirs = open_ask(other_agent_client)
     assert theirs["id"] != ask_id
 
 
 def test_asks_unknown_id_is_404(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    _error(agent_client.get(f"{ASKS}/999999"), 404, "ERR_ASK_NOT_FOUND")
-    _error(agent_client.get(f"{ASKS}/999999/decision?wait=5"), 404, "ERR_ASK_NOT_FOUND")
-    _error(_decide(integration_client, 999999, approved=True, by="x"), 404, "ERR_ASK_NOT_FOUND")
+    refused(agent_client.get(f"{ASKS}/999999"), 404, "ERR_ASK_NOT_FOUND")
+    refused(agent_client.get(f"{ASKS}/999999/decision?wait=5"), 404, "ERR_ASK_NOT_FOUND")
+    refused(decide(integration_client, 999999, approved=True, by="x"), 404, "ERR_ASK_NOT_FOUND")
 
 
 # Deciding
@@ -338,9 +309,9 @@ def test_asks_unknown_id_is_404(integration_client: ApiClient, agent_client: Api
 
 def test_an_agent_key_cannot_decide_an_ask(agent_client: ApiClient) -> None:
     """Deciding is scope `decide`, which agent keys do not get: a run must not approve its own tool call."""
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
 
-    body = _error(_decide(agent_client, ask_id, approved=True, by="me"), 403, "ERR_SCOPE")
+    body = refused(decide(agent_client, ask_id, approved=True, by="me"), 403, "ERR_SCOPE")
 
     assert "'decide'" in body["error"]
     assert "/inbox/" in body["error"]
@@ -349,17 +320,17 @@ def test_an_agent_key_cannot_decide_an_ask(agent_client: ApiClient) -> None:
 
 
 def test_the_key_that_opened_an_ask_cannot_decide_it_even_with_scope_decide(project: Project) -> None:
-    both = _sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
-    ask_id = _open(both)["id"]
+    both = sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
+    ask_id = open_ask(both)["id"]
     events_before = RunEvent.objects.count()
 
-    body = _error(_decide(both, ask_id, approved=True, by="me"), 403, "ERR_OWN_ASK")
+    body = refused(decide(both, ask_id, approved=True, by="me"), 403, "ERR_OWN_ASK")
 
     assert "opened the ask" in body["error"]
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
     assert RunEvent.objects.count() == events_before
     # another key of the project, an integration's, may
-    assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask_id, approved=True, by="bot").status_code == 200
+    assert decide(sibling(project, [AgentKey.Scope.DECIDE]), ask_id, approved=True, by="bot").status_code == 200
 
 
 def _ingest_pause(client: ApiClient, run_id: str, tool_call_id: str) -> Ask:
@@ -371,20 +342,20 @@ def _ingest_pause(client: ApiClient, run_id: str, tool_call_id: str) -> Ask:
 
 
 def test_the_key_whose_events_opened_an_ask_cannot_decide_it(project: Project) -> None:
-    both = _sibling(project, [AgentKey.Scope.INGEST, AgentKey.Scope.DECIDE])
+    both = sibling(project, [AgentKey.Scope.INGEST, AgentKey.Scope.DECIDE])
     ask = _ingest_pause(both, "run-ev", "call-7")
 
-    _error(_decide(both, ask.pk, by="me", value="yes"), 403, "ERR_OWN_ASK")
+    refused(decide(both, ask.pk, by="me", value="yes"), 403, "ERR_OWN_ASK")
 
     assert Ask.objects.get(pk=ask.pk).status == Ask.Status.OPEN
-    assert _decide(_sibling(project, [AgentKey.Scope.DECIDE]), ask.pk, by="bot", value="yes").status_code == 200
+    assert decide(sibling(project, [AgentKey.Scope.DECIDE]), ask.pk, by="bot", value="yes").status_code == 200
 
 
 def test_the_key_that_opened_an_ask_without_a_checkpoint_cannot_decide_it(project: Project) -> None:
-    both = _sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
-    ask_id = _open(both, _plain_body())["id"]
+    both = sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
+    ask_id = open_ask(both, plain_body())["id"]
 
-    _error(_decide(both, ask_id, approved=True, by="me"), 403, "ERR_OWN_ASK")
+    refused(decide(both, ask_id, approved=True, by="me"), 403, "ERR_OWN_ASK")
 
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
 
@@ -392,18 +363,18 @@ def test_the_key_that_opened_an_ask_without_a_checkpoint_cannot_decide_it(projec
 def test_the_key_that_posted_an_asks_checkpoint_cannot_decide_it(project: Project, agent_client: ApiClient) -> None:
     """Another key's events opened the ask; this key's re-post bound the checkpoint to itself."""
     ask = _ingest_pause(agent_client, "run-cp", "call-8")
-    both = _sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
-    _open(both, {**_plain_body(tool_call_id="call-8", run_id="run-cp"), "checkpoint": B_CHECKPOINT}, status=200)
+    both = sibling(project, [AgentKey.Scope.ASKS, AgentKey.Scope.DECIDE])
+    open_ask(both, {**plain_body(tool_call_id="call-8", run_id="run-cp"), "checkpoint": B_CHECKPOINT}, status=200)
 
-    _error(_decide(both, ask.pk, approved=True, by="me"), 403, "ERR_OWN_ASK")
+    refused(decide(both, ask.pk, approved=True, by="me"), 403, "ERR_OWN_ASK")
 
     assert Ask.objects.get(pk=ask.pk).status == Ask.Status.OPEN
 
 
 def test_decide_answers_200_with_the_decision(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
 
-    response = _decide(integration_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
+    response = decide(integration_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
 
     assert response.status_code == 200, response.content
     body = response.json()
@@ -421,10 +392,10 @@ def test_decide_shape_is_a_framework_check_in_decision(integration_client: ApiCl
     # what the framework itself resumed the b run with (pause.resume's resumeInput)
     resume = load_fixture("b-middleware/resume-declined.json")
     (framework,) = [e["payload"]["resumeInput"] for e in resume["pauseEvents"] if e["type"].endswith("pause.resume")]
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
     before_ms = time.time() * 1000
 
-    _decide(integration_client, ask_id, approved=False, by="omar@treasury", note="no PO on file")
+    decide(integration_client, ask_id, approved=False, by="omar@treasury", note="no PO on file")
     decision = agent_client.get(f"{ASKS}/{ask_id}/decision").json()["decision"]
 
     # isCheckInDecision(x): boolean approved and string by
@@ -438,10 +409,10 @@ def test_decide_shape_is_a_framework_check_in_decision(integration_client: ApiCl
 
 
 def test_decide_with_a_value(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
     value = {"kind": "payee", "value": "ACC-900"}
 
-    decision = _decide(integration_client, ask_id, approved=True, by="bot", value=value).json()["decision"]
+    decision = decide(integration_client, ask_id, approved=True, by="bot", value=value).json()["decision"]
 
     assert decision["value"] == value
     assert "answer" not in decision
@@ -449,9 +420,9 @@ def test_decide_with_a_value(integration_client: ApiClient, agent_client: ApiCli
 
 
 def test_decide_plain_ask_answer(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client, _plain_body())["id"]
+    ask_id = open_ask(agent_client, plain_body())["id"]
 
-    response = _decide(integration_client, ask_id, by="bot", value={"region": "eu-west-1"})
+    response = decide(integration_client, ask_id, by="bot", value={"region": "eu-west-1"})
 
     assert response.status_code == 200, response.content
     decision = response.json()["decision"]
@@ -474,21 +445,21 @@ def test_decide_plain_ask_answer(integration_client: ApiClient, agent_client: Ap
 def test_decide_invalid_body_is_422(
     integration_client: ApiClient, agent_client: ApiClient, body: dict[str, Any]
 ) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
 
-    _error(integration_client.post_json(f"{ASKS}/{ask_id}/decision", body), 422, "ERR_INVALID_ASK")
+    refused(integration_client.post_json(f"{ASKS}/{ask_id}/decision", body), 422, "ERR_INVALID_ASK")
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
 
 
 def test_decide_second_time_is_409_naming_who_and_when(
     integration_client: ApiClient, agent_client: ApiClient, project: Project
 ) -> None:
-    ask_id = _open(agent_client)["id"]
-    first = _decide(integration_client, ask_id, approved=True, by="dana@treasury", note="SC-88").json()["decision"]
+    ask_id = open_ask(agent_client)["id"]
+    first = decide(integration_client, ask_id, approved=True, by="dana@treasury", note="SC-88").json()["decision"]
 
-    second = _decide(_sibling(project), ask_id, approved=False, by="mallory")
+    second = decide(sibling(project), ask_id, approved=False, by="mallory")
 
-    body = _error(second, 409, "ERR_ALREADY_DECIDED")
+    body = refused(second, 409, "ERR_ALREADY_DECIDED")
     assert "dana@treasury" in body["error"]
     assert "approved" in body["error"]
     stored = Ask.objects.get(pk=ask_id)
@@ -501,9 +472,9 @@ def test_decide_second_time_is_409_naming_who_and_when(
 def test_decide_records_the_decision_in_the_run_chain(integration_client: ApiClient, agent_client: ApiClient) -> None:
     events = numbered_per_run(load_fixture("b-middleware/events-declined.json")["events"])[:72]
     assert agent_client.ingest(events).status_code == 200
-    ask_id = _open(agent_client, status=200)["id"]
+    ask_id = open_ask(agent_client, status=200)["id"]
 
-    _decide(integration_client, ask_id, approved=True, by="dana@treasury")
+    decide(integration_client, ask_id, approved=True, by="dana@treasury")
 
     verdict = agent_client.get(f"/api/v1/runs/{B_RUN}/verify").json()
     assert verdict["valid"] is True
@@ -514,15 +485,15 @@ def test_decide_records_the_decision_in_the_run_chain(integration_client: ApiCli
 
 
 def test_decision_of_an_open_ask_without_wait_is_open(agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
 
     assert agent_client.get(f"{ASKS}/{ask_id}/decision").json() == {"status": "open"}
     assert agent_client.get(f"{ASKS}/{ask_id}/decision?wait=-3").json() == {"status": "open"}
 
 
 def test_decision_wait_on_a_decided_ask_answers_at_once(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
-    decision = _decide(integration_client, ask_id, approved=True, by="dana").json()["decision"]
+    ask_id = open_ask(agent_client)["id"]
+    decision = decide(integration_client, ask_id, approved=True, by="dana").json()["decision"]
 
     started = time.monotonic()
     response = agent_client.get(f"{ASKS}/{ask_id}/decision?wait=30")
@@ -533,7 +504,7 @@ def test_decision_wait_on_a_decided_ask_answers_at_once(integration_client: ApiC
 
 @pytest.mark.django_db(transaction=True)
 def test_decision_wait_on_an_open_ask_answers_open_after_the_wait(agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
 
     started = time.monotonic()
     response = agent_client.get(f"{ASKS}/{ask_id}/decision?wait=1")
@@ -546,8 +517,8 @@ def test_decision_wait_on_an_open_ask_answers_open_after_the_wait(agent_client: 
 
 @pytest.mark.django_db(transaction=True)
 def test_decision_long_poll_returns_as_soon_as_decided(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
-    waiter = ApiClient(_secret_of(agent_client))
+    ask_id = open_ask(agent_client)["id"]
+    waiter = ApiClient(secret_of(agent_client))
     outcome: dict[str, Any] = {}
 
     def wait() -> None:
@@ -563,7 +534,7 @@ def test_decision_long_poll_returns_as_soon_as_decided(integration_client: ApiCl
     thread = threading.Thread(target=wait)
     thread.start()
     time.sleep(0.5)
-    decided = _decide(integration_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
+    decided = decide(integration_client, ask_id, approved=False, by="slack:omar", note="no PO on file")
     thread.join(20)
 
     assert not thread.is_alive()
@@ -575,12 +546,12 @@ def test_decision_long_poll_returns_as_soon_as_decided(integration_client: ApiCl
 
 @pytest.mark.django_db(transaction=True)
 def test_decision_long_poll_wakes_every_waiter(integration_client: ApiClient, agent_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
+    ask_id = open_ask(agent_client)["id"]
     bodies: list[Any] = []
 
     def wait() -> None:
         try:
-            bodies.append(ApiClient(_secret_of(agent_client)).get(f"{ASKS}/{ask_id}/decision?wait=10").json())
+            bodies.append(ApiClient(secret_of(agent_client)).get(f"{ASKS}/{ask_id}/decision?wait=10").json())
         finally:
             connections.close_all()
 
@@ -588,7 +559,7 @@ def test_decision_long_poll_wakes_every_waiter(integration_client: ApiClient, ag
     for thread in threads:
         thread.start()
     time.sleep(0.5)
-    decision = _decide(integration_client, ask_id, approved=True, by="dana").json()["decision"]
+    decision = decide(integration_client, ask_id, approved=True, by="dana").json()["decision"]
     for thread in threads:
         thread.join(20)
 
@@ -601,24 +572,24 @@ def test_decision_long_poll_wakes_every_waiter(integration_client: ApiClient, ag
 
 @pytest.mark.django_db(transaction=True)
 def test_decide_fifty_at_once_exactly_one_wins(agent_client: ApiClient, integration_client: ApiClient) -> None:
-    ask_id = _open(agent_client)["id"]
-    secret = _secret_of(integration_client)
+    ask_id = open_ask(agent_client)["id"]
+    secret = secret_of(integration_client)
     contenders = 50
     barrier = threading.Barrier(contenders)
     results: list[tuple[int, dict[str, Any]]] = []
     lock = threading.Lock()
 
-    def decide(n: int) -> None:
+    def contend(n: int) -> None:
         try:
             client = ApiClient(secret)
             barrier.wait(timeout=30)
-            response = _decide(client, ask_id, approved=n % 2 == 0, by=f"bot-{n}")
+            response = decide(client, ask_id, approved=n % 2 == 0, by=f"bot-{n}")
             with lock:
                 results.append((response.status_code, response.json()))
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=decide, args=(n,)) for n in range(contenders)]
+    threads = [threading.Thread(target=contend, args=(n,)) for n in range(contenders)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -1,41 +1,16 @@
 """What a decision may carry for each ask kind, and which keys may decide."""
 
-import copy
-from typing import Any
-
 import pytest
 
 from ledger.models import AgentKey, Ask, Project, RunEvent
-from ledger.services import agent_key_create
-from tests.conftest import ApiClient, load_fixture
+from tests.conftest import ApiClient
+from tests.ledger.ask_helpers import b_body, decide, open_ask, plain_body, sibling
 
 pytestmark = pytest.mark.django_db
 
-ASKS = "/api/v1/asks"
 DECISION_EVENT = "ledger.human_decision"
-B_OUTCOME = load_fixture("b-middleware/ask-pause.json")["pauseOutcome"]
-B_CHECKPOINT = load_fixture("b-middleware/ask-checkpoint.json")
-B_RUN = "run-1796043009968-3"
 ASKED_REF = "art_" + "A" * 22
 OTHER_REF = "art_" + "B" * 22
-
-
-def _sibling(project: Project, scopes: list[str]) -> ApiClient:
-    return ApiClient(agent_key_create(project=project, scopes=scopes)[1])
-
-
-def _open(client: ApiClient, body: dict[str, Any], status: int = 201) -> int:
-    response = client.post_json(ASKS, body)
-    assert response.status_code == status, response.content
-    return int(response.json()["ask"]["id"])
-
-
-def _plain_body(tool_call_id: str = "q1", run_id: str = "run-q") -> dict[str, Any]:
-    return {"runId": run_id, "pauseData": {"toolCallId": tool_call_id, "toolName": "ask_user", "question": "Region?"}}
-
-
-def _decide(client: ApiClient, ask_id: int, **body: Any) -> Any:
-    return client.post_json(f"{ASKS}/{ask_id}/decision", body)
 
 
 # --- what a decision may carry, per ask kind --------------------------------------------------
@@ -47,9 +22,9 @@ def test_a_plain_ask_decided_over_the_api_without_an_answer_is_refused(
     """A plain askHuman pause is answered with a value that becomes the tool's result (spec §2.1,
     §9.2 `{answer}`); a resume without one is ERR_PAUSE_ANSWER_REQUIRED (§2.4). `{by}` alone must not
     close the ask with `answer: null`, which is all the waiting agent would ever get."""
-    ask_id = _open(agent_client, _plain_body())
+    ask_id = open_ask(agent_client, plain_body())["id"]
 
-    response = _decide(integration_client, ask_id, by="bot")
+    response = decide(integration_client, ask_id, by="bot")
 
     assert response.status_code == 422, (response.status_code, response.content)
     assert "value" in response.json()["error"]
@@ -63,19 +38,19 @@ def test_a_decision_whose_value_names_another_artifact_than_the_asks_props_ref_i
     """An ask that pinned `component.propsRef` is resumed with ERR_STALE_DECISION when the
     answer's `value.from` names a different artifact (spec §2.4 step 2). Accepting such a decision
     closes the ask for good (one decision per ask) with an answer the agent cannot resume with."""
-    body = copy.deepcopy(B_OUTCOME)
+    body = b_body()
     body["pauseData"]["ask"]["component"] = {"componentId": "payee-picker", "propsRef": ASKED_REF}
-    ask_id = _open(agent_client, {**body, "checkpoint": copy.deepcopy(B_CHECKPOINT), "runId": B_RUN})
+    ask_id = open_ask(agent_client, body)["id"]
     stale = {"kind": "payee", "value": "ACC-900", "from": OTHER_REF}
 
-    response = _decide(integration_client, ask_id, approved=True, by="bot", value=stale)
+    response = decide(integration_client, ask_id, approved=True, by="bot", value=stale)
 
     assert response.status_code in (409, 422), (response.status_code, response.content)
     assert Ask.objects.get(pk=ask_id).status == Ask.Status.OPEN
     assert not RunEvent.objects.filter(type=DECISION_EVENT).exists()
     # the same choice made against the artifact the ask showed is a decision
     fresh = {**stale, "from": ASKED_REF}
-    assert _decide(integration_client, ask_id, approved=True, by="bot", value=fresh).status_code == 200
+    assert decide(integration_client, ask_id, approved=True, by="bot", value=fresh).status_code == 200
 
 
 def test_a_plain_answer_is_limited_by_its_characters_not_its_utf8_bytes(
@@ -83,10 +58,10 @@ def test_a_plain_answer_is_limited_by_its_characters_not_its_utf8_bytes(
 ) -> None:
     """ "A value is at most 100,000 characters of JSON" (README; the page's answer box holds as
     many characters): 60,000 accented letters are 60,002 characters of JSON, well within it."""
-    ask_id = _open(agent_client, _plain_body())
+    ask_id = open_ask(agent_client, plain_body())["id"]
     answer = "é" * 60_000
 
-    response = _decide(integration_client, ask_id, by="bot", value=answer)
+    response = decide(integration_client, ask_id, by="bot", value=answer)
 
     assert response.status_code == 200, (response.status_code, response.content[:300])
     assert response.json()["decision"]["answer"] == answer
@@ -102,14 +77,14 @@ def test_the_key_whose_pause_request_events_report_an_ask_cannot_decide_it_whoev
     posted" may not decide it. An agent whose observer key posts the pause.request events (a batch,
     flushed a moment later) and whose asks key calls openAsk at once: which request arrives first
     must not decide whether the run's own key can approve its tool call."""
-    ingest_and_decide = _sibling(project, [AgentKey.Scope.INGEST, AgentKey.Scope.DECIDE])
-    ask_id = _open(agent_client, _plain_body(tool_call_id="call-9", run_id="run-ev"))
+    ingest_and_decide = sibling(project, [AgentKey.Scope.INGEST, AgentKey.Scope.DECIDE])
+    ask_id = open_ask(agent_client, plain_body(tool_call_id="call-9", run_id="run-ev"))["id"]
     pause = {"reason": "ask", "questionPayload": {"toolCallId": "call-9", "toolName": "ask_user", "question": "OK?"}}
     event = {"seq": 0, "type": "agentfootprint.pause.request", "payload": pause, "meta": {"runId": "run-ev"}}
     assert ingest_and_decide.ingest([event]).status_code == 200
     assert Ask.objects.filter(run_id="run-ev", tool_call_id="call-9").count() == 1
 
-    response = _decide(ingest_and_decide, ask_id, approved=True, by="me", value="yes")
+    response = decide(ingest_and_decide, ask_id, approved=True, by="me", value="yes")
 
     assert response.status_code == 403, (response.status_code, response.content)
     assert response.json()["code"] == "ERR_OWN_ASK"

@@ -12,7 +12,7 @@ from django.test import Client
 
 from ledger.models import Ask, RunEvent
 from tests.conftest import ApiClient
-from tests.ledger.ask_helpers import ASKS, b_body, decide, open_ask, plain_body
+from tests.ledger.ask_helpers import ASKS, b_body, decide, open_ask, plain_body, refused, secret_of
 
 pytestmark = pytest.mark.django_db
 
@@ -36,13 +36,6 @@ def _pause_event(run_id: str, tool_call_id: str, session: str | None) -> dict[st
     return {"seq": 0, "type": "agentfootprint.pause.request", "payload": payload, "meta": meta}
 
 
-def _error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code, body
-    return body
-
-
 def test_a_second_ask_in_the_session_supersedes_the_first(agent_client: ApiClient) -> None:
     first = open_ask(agent_client, _in_session("run-1796043009968-3"))
     second = open_ask(agent_client, _in_session("run-1796043011000-4"))
@@ -61,7 +54,7 @@ def test_a_superseded_ask_cannot_be_decided_and_nothing_is_written(
     first = open_ask(agent_client, _in_session("run-1796043009968-3"))
     second = open_ask(agent_client, _in_session("run-1796043011000-4"))
 
-    body = _error(decide(integration_client, first["id"], approved=True, by="slack:omar"), 409, "ERR_ASK_SUPERSEDED")
+    body = refused(decide(integration_client, first["id"], approved=True, by="slack:omar"), 409, "ERR_ASK_SUPERSEDED")
 
     assert body["supersededBy"] == second["id"]
     assert f"ask {second['id']}" in body["error"]
@@ -79,14 +72,14 @@ def test_the_decision_of_a_superseded_ask_answers_409_instead_of_open(agent_clie
     second = open_ask(agent_client, _in_session("run-1796043011000-4"))
 
     for wait in ("0", "5"):
-        body = _error(agent_client.get(f"{ASKS}/{first['id']}/decision?wait={wait}"), 409, "ERR_ASK_SUPERSEDED")
+        body = refused(agent_client.get(f"{ASKS}/{first['id']}/decision?wait={wait}"), 409, "ERR_ASK_SUPERSEDED")
         assert body["supersededBy"] == second["id"]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_long_poll_on_the_earlier_ask_wakes_when_the_session_pauses_again(agent_client: ApiClient) -> None:
     first = open_ask(agent_client, _in_session("run-1796043009968-3"))
-    waiter = ApiClient(agent_client.defaults["HTTP_AUTHORIZATION"].removeprefix("Bearer "))
+    waiter = ApiClient(secret_of(agent_client))
     outcome: dict[str, Any] = {}
 
     def wait() -> None:
