@@ -9,7 +9,6 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django.views.decorators.vary import vary_on_headers
 
 from artifacts import selectors, services
 from artifacts.exceptions import ArtifactNotFound
@@ -17,7 +16,7 @@ from artifacts.forms import HoldForm, RetentionForm
 from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
 from artifacts.refs import is_ref
 from footprint_site.login_redirects import login_required_returning_to
-from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
+from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
 from ledger.envelopes import is_run_id
 from ledger.models import Membership, Project
 from ledger.selectors import decode_cursor, encode_cursor, project_get_for_user
@@ -60,7 +59,7 @@ def _run_links(run_ids: Iterable[str | None]) -> set[str]:
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def artifact_list(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
     project, role, store = _project(request, project_slug)
     state = request.GET.get("state", "live")

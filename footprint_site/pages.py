@@ -2,6 +2,7 @@
 
 from django.contrib.auth.models import User
 from django.http import HttpRequest
+from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
 
@@ -19,6 +20,13 @@ def int_param(request: HttpRequest, name: str, default: int) -> int:
 def wants_partial(request: HtmxHttpRequest) -> bool:
     """An htmx request gets the partial; a history restore always gets the whole page."""
     return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+# The headers `wants_partial` reads. A view that answers a partial and the page at one URL varies
+# on both, or a cache (the browser's, a proxy) serves the fragment as the page or, to a history
+# restore (sent with HX-Request too), the fragment it asked not to get.
+HTMX_HEADERS = ("HX-Request", "HX-History-Restore-Request")
+varies_with_htmx = vary_on_headers(*HTMX_HEADERS)
 
 
 def signed_in_user(request: HttpRequest) -> User:

@@ -7,7 +7,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from footprint_site.pages import HtmxHttpRequest, int_param, signed_in_user, wants_partial
+from footprint_site.pages import (
+    HTMX_HEADERS,
+    HtmxHttpRequest,
+    int_param,
+    signed_in_user,
+    varies_with_htmx,
+    wants_partial,
+)
 from ledger import selectors
 from ledger import selectors_run_page as run_page
 from ledger.exceptions import RunNotFound
@@ -21,7 +28,7 @@ RUNS_PER_PAGE = 50
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     runs = selectors.run_list(
@@ -111,7 +118,7 @@ def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, obj
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request", "HX-Target")
+@vary_on_headers(*HTMX_HEADERS, "HX-Target")
 def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: str = "timeline") -> HttpResponse:
     if tab not in TABS:
         raise Http404(f"The run page has no tab '{tab}'.")
@@ -120,7 +127,7 @@ def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: st
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def run_events(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """The next page of the timeline: rows for htmx (infinite scroll), the whole page otherwise."""
     run = _run_or_404(request, project_slug, run_id)
@@ -132,7 +139,7 @@ def run_events(request: HtmxHttpRequest, project_slug: str, run_id: str) -> Http
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def run_dispatches(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """The next tool calls of the tool-call tab (htmx), or the whole page."""
     run = _run_or_404(request, project_slug, run_id)
@@ -144,7 +151,7 @@ def run_dispatches(request: HtmxHttpRequest, project_slug: str, run_id: str) -> 
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def run_event(request: HtmxHttpRequest, project_slug: str, run_id: str, position: int) -> HttpResponse:
     """One record of the chain in the drawer: its payload and meta (escaped), and its hashes."""
     run = _run_or_404(request, project_slug, run_id)
@@ -156,7 +163,7 @@ def run_event(request: HtmxHttpRequest, project_slug: str, run_id: str, position
 
 
 @require_http_methods(["GET", "POST"])
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 @login_required
 def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """GET: the latest re-check of the run's chain. POST: start a new one (short chains are

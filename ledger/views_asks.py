@@ -7,10 +7,9 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
 
 from footprint_site.login_redirects import login_required_returning_to
-from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
+from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
 from ledger import selectors, services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.forms import DecisionForm
@@ -25,7 +24,7 @@ COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     asks = selectors.inbox_open_asks(
         user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=ASKS_PER_PAGE

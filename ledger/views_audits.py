@@ -11,9 +11,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods
-from django.views.decorators.vary import vary_on_headers
 
-from footprint_site.pages import HtmxHttpRequest, wants_partial
+from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
 from ledger import selectors, selectors_audits
 from ledger.exceptions import LedgerError
 from ledger.forms import AuditBundleUploadForm
@@ -26,7 +25,7 @@ BUNDLES_PER_PAGE = 100
 
 @require_http_methods(["GET", "POST"])
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
     """The stored bundles of the user's projects, a page at a time, and the upload form; a POST
     shows its verdict. An htmx GET (the "Older bundles" link) gets only the next rows."""

@@ -9,9 +9,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
-from django.views.decorators.vary import vary_on_headers
 
-from footprint_site.pages import HtmxHttpRequest, wants_partial
+from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
 from ledger import selectors_refusals
 from ledger.exceptions import RefusalNotFound
 from ledger.models import Refusal
@@ -47,7 +46,7 @@ class RefusalFilterForm(forms.Form):
 
 @require_GET
 @login_required
-@vary_on_headers("HX-Request")
+@varies_with_htmx
 def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RefusalFilterForm(request.GET)
     filters = form.filters()

@@ -1,4 +1,5 @@
-"""Pages: partial views vary on HX-Request, and a form that is not UTF-8 (urlencoded or multipart) is refused."""
+"""Pages: partial views vary on HX-Request and HX-History-Restore-Request, and a form that is not
+UTF-8 (urlencoded or multipart) is refused."""
 
 import pytest
 from django.test import Client
@@ -49,6 +50,26 @@ def test_integrity_panel_varies_on_hx_request(auditor_client: Client, project: P
     assert b"<html" in page.content
     assert "HX-Request" in page.get("Vary", "")
     assert "HX-Request" in fragment.get("Vary", "")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/", "{run}/", "{run}/events/", "{run}/tool-calls/", "{run}/integrity/", "/inbox/", "/refusals/",
+     "/audit-bundles/", "{project}/artifacts/"],
+)  # fmt: skip
+def test_pages_with_a_partial_vary_on_the_history_restore_header_too(
+    approver_client: Client, project: Project, declined_run: str, path: str
+) -> None:
+    """htmx restores history it has no copy of with HX-Request *and* HX-History-Restore-Request, and
+    gets the whole page (`wants_partial`); a cache keyed on HX-Request alone would hand that page
+    to the next swap, or the swap's fragment to the restore."""
+    url = path.format(project=f"/projects/{project.slug}", run=f"/projects/{project.slug}/runs/{declined_run}")
+    restore = approver_client.get(url, headers={"HX-Request": "true", "HX-History-Restore-Request": "true"})
+
+    assert restore.status_code == 200, (url, restore.status_code)
+    assert b"<html" in restore.content
+    varies = {name.strip().lower() for name in restore.get("Vary", "").split(",")}
+    assert {"hx-request", "hx-history-restore-request"} <= varies, (url, restore.get("Vary"))
 
 
 def _multipart(fields: list[tuple[str, bytes]]) -> tuple[bytes, str]:
