@@ -416,6 +416,8 @@ def ask_decide(
     target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
         raise AskNotFound("No such ask.")
+    if target.status == Ask.Status.SUPERSEDED:  # refused before the run's lock, which would create its run
+        raise AskSuperseded.of(session_id=target.session_id, superseded_by=target.superseded_by_id)
     if key is not None and key.pk in target.reporting_key_ids:
         raise AskOwnDecision(
             "This key opened the ask (or posted its checkpoint), so it cannot decide it: a person "
