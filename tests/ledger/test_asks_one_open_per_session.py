@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 from django.test import Client
 
-from ledger.models import Ask, RunEvent
+from ledger.models import Ask, Run, RunEvent
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import ASKS, b_body, decide, open_ask, plain_body, refused, secret_of
 
@@ -183,3 +183,19 @@ def test_the_page_of_a_superseded_ask_links_the_later_one_and_offers_no_decision
     inbox = approver_client.get("/inbox/").content.decode()
     assert f'href="/asks/{second["id"]}/"' in inbox
     assert f'href="/asks/{first["id"]}/"' not in inbox
+
+
+def test_a_refused_decision_on_a_superseded_ask_creates_no_run(
+    agent_client: ApiClient, integration_client: ApiClient
+) -> None:
+    # The run's lock (INSERT … ON CONFLICT) would leave an empty "running" run behind the 409 for a
+    # run that never sent an event: the superseded ask is refused before it.
+    first = open_ask(agent_client, _in_session("run-1796043009968-3"))
+    open_ask(agent_client, _in_session("run-1796043011000-4"))
+    assert not Run.objects.filter(run_id=first["runId"]).exists()
+
+    refused(decide(integration_client, first["id"], approved=True, by="slack:omar"), 409, "ERR_ASK_SUPERSEDED")
+
+    assert not Run.objects.filter(run_id=first["runId"]).exists(), list(
+        Run.objects.filter(run_id=first["runId"]).values("status", "event_count")
+    )
