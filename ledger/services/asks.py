@@ -194,6 +194,8 @@ def ask_open(
     _check_id("sessionId", session_id, required=False)
     if on_timeout not in Ask.OnTimeout.values:
         raise AskInvalid("onTimeout must be 'decline' or 'approve'.")
+    if session_id is None:  # a run's events may have named its session before the agent's POST
+        session_id = Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
     defaults = {
         **_fields_for_model(data),
         "session_id": session_id,
@@ -209,7 +211,7 @@ def ask_open(
     except IntegrityError:
         pass
     else:
-        _supersede_earlier_in_session(ask)
+        _supersede_in_session(ask)
         return ask, True
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
     _bar_from_deciding(ask, key)
@@ -220,27 +222,54 @@ def ask_open(
     if deadline and not ask.deadline:
         ask.deadline, ask.on_timeout = deadline, on_timeout
         updated += ["deadline", "on_timeout"]
+    if session_id and ask.session_id is None:  # opened from events that did not name it
+        ask.session_id = session_id
+        updated += ["session_id"]
     if updated:
         ask.save(update_fields=updated)
+    if "session_id" in updated:
+        _supersede_in_session(ask)
     return ask, False
 
 
-def _supersede_earlier_in_session(newer: Ask) -> None:
-    """Close the session's earlier open asks undecided: a session has at most one open ask (spec
-    §9.3). Its host refuses a new turn while a question is outstanding (ERR_AWAITING_DECISION), so
-    a session that paused again had its earlier pause answered elsewhere or dropped: no run waits
-    on that ask, and a decision there would reach nothing. Earlier is by arrival (the ask's id).
-    Its waiting long-polls are woken, to be told."""
-    if newer.session_id is None:
+def _supersede_in_session(ask: Ask) -> None:
+    """Close undecided every open ask of `ask`'s session but its latest ask: a session has at most
+    one open ask (spec §9.3). Its host refuses a new turn while a question is outstanding
+    (ERR_AWAITING_DECISION), so a session that paused again had its earlier pause answered
+    elsewhere or dropped: no run waits on that ask, and a decision there would reach nothing.
+    Latest is by arrival (the ask's id), whatever its status: an ask that learns its session late
+    is superseded by a later one already there, even one decided since. Their long-polls are woken,
+    to be told. `ask` is refreshed when it is among them (a later ask committed first).
+
+    Under the session's lock, taken before any of its asks' rows (here and in `_close_reported`):
+    two asks opened at once each see the other committed, or neither would close the other.
+    """
+    if ask.session_id is None:
         return
-    earlier = Ask.objects.filter(
-        project_id=newer.project_id, session_id=newer.session_id, status=Ask.Status.OPEN, pk__lt=newer.pk
-    )
-    # Locked first: a decision that commits meanwhile wins, and its ask is no longer selected.
-    stale = list(earlier.select_for_update().values_list("pk", flat=True))
-    Ask.objects.filter(pk__in=stale).update(status=Ask.Status.SUPERSEDED, superseded_by=newer)
-    for ask_id in stale:
+    with connection.cursor() as cursor:
+        _lock_session(cursor, ask.project_id, ask.session_id)
+        # A decision that commits meanwhile wins: the row is re-read, and no longer open.
+        cursor.execute(
+            "UPDATE ledger_ask AS earlier SET status = %(superseded)s, superseded_by_id = latest.id FROM"
+            " (SELECT max(id) AS id FROM ledger_ask WHERE project_id = %(project)s AND session_id = %(session)s)"
+            " AS latest WHERE earlier.project_id = %(project)s AND earlier.session_id = %(session)s"
+            " AND earlier.status = %(open)s AND earlier.id < latest.id RETURNING earlier.id",
+            {
+                "project": ask.project_id,
+                "session": ask.session_id,
+                "open": Ask.Status.OPEN.value,
+                "superseded": Ask.Status.SUPERSEDED.value,
+            },
+        )
+        superseded = [ask_id for (ask_id,) in cursor.fetchall()]
+    for ask_id in superseded:
         _wake_waiters(ask_id)
+    if ask.pk in superseded:
+        ask.refresh_from_db(fields=["status", "superseded_by"])
+
+
+def _lock_session(cursor: Any, project_id: int, session_id: str) -> None:
+    cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"ask-session:{project_id}:{session_id}"])
 
 
 def _bar_from_deciding(ask: Ask, key: AgentKey | None) -> None:
@@ -314,7 +343,7 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
             except IntegrityError:
                 existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
             else:
-                _supersede_earlier_in_session(opened)
+                _supersede_in_session(opened)
                 continue
         _bar_from_deciding(existing, key)
         updates: dict[str, Any] = {}
@@ -324,8 +353,8 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
             updates["session_id"] = existing.session_id = session_id
         if updates:
             Ask.objects.filter(pk=existing.pk).update(**updates)
-        if "session_id" in updates and existing.status == Ask.Status.OPEN:
-            _supersede_earlier_in_session(existing)
+        if "session_id" in updates:
+            _supersede_in_session(existing)
 
 
 def _close_reported(project: Project, payload: dict[str, Any]) -> None:
@@ -335,11 +364,18 @@ def _close_reported(project: Project, payload: dict[str, Any]) -> None:
     # The resumed run reports under a new runId and no session, so the ask is found by its tool
     # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
     # decision made here, so unless this is the project's only ask for the call, nothing is decided.
+    # A superseded ask is decided too: the run's report is evidence, the supersede a derivation
+    # (its session paused again before the resumed run's buffered events arrived).
+    undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
     candidates = list(Ask.objects.filter(project=project, tool_call_id=tool_call_id)[:2])
-    if len(candidates) != 1 or candidates[0].status != Ask.Status.OPEN:
+    if len(candidates) != 1 or candidates[0].status not in undecided:
         return
-    claimed = Ask.objects.filter(pk=candidates[0].pk, status=Ask.Status.OPEN).update(
+    if candidates[0].session_id is not None:
+        with connection.cursor() as cursor:
+            _lock_session(cursor, project.pk, candidates[0].session_id)
+    claimed = Ask.objects.filter(pk=candidates[0].pk, status__in=undecided).update(
         status=Ask.Status.DECIDED,
+        superseded_by=None,
         approved=payload["approved"],
         decided_by_label=replace_nul(by) if isinstance(by, str) else "",
         decided_at=timezone.now(),

@@ -7,10 +7,11 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.test import Client
 
-from ledger.models import Ask, Run, RunEvent
+from ledger.models import Ask, Project, Run, RunEvent
+from ledger.services import ask_open as service_ask_open
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import ASKS, b_body, decide, open_ask, plain_body, refused, secret_of
 
@@ -27,13 +28,20 @@ def _in_session(run_id: str, session: str | None = SESSION, **extra: Any) -> dic
     return body
 
 
-def _pause_event(run_id: str, tool_call_id: str, session: str | None) -> dict[str, Any]:
+def _event(run_id: str, type_: str, payload: dict[str, Any], session: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"runId": run_id, "runtimeStageId": "sf-tools/execute-tool-calls#paused"}
     if session is not None:
         meta["sessionId"] = session
+    return {"seq": 0, "type": "agentfootprint." + type_, "payload": payload, "meta": meta}
+
+
+def _pause_event(run_id: str, tool_call_id: str, session: str | None) -> dict[str, Any]:
     question = {"toolCallId": tool_call_id, "toolName": "refund", "question": "Refund 40 EUR?"}
-    payload = {"reason": "askHuman", "questionPayload": question}
-    return {"seq": 0, "type": "agentfootprint.pause.request", "payload": payload, "meta": meta}
+    return _event(run_id, "pause.request", {"reason": "askHuman", "questionPayload": question}, session)
+
+
+def _open_in(session: str) -> list[int]:
+    return list(Ask.objects.filter(session_id=session, status=Ask.Status.OPEN).values_list("pk", flat=True))
 
 
 def test_a_second_ask_in_the_session_supersedes_the_first(agent_client: ApiClient) -> None:
@@ -199,3 +207,107 @@ def test_a_refused_decision_on_a_superseded_ask_creates_no_run(
     assert not Run.objects.filter(run_id=first["runId"]).exists(), list(
         Run.objects.filter(run_id=first["runId"]).values("status", "event_count")
     )
+
+
+def test_an_earlier_ask_that_learns_its_session_after_a_later_ask_opened_is_superseded_by_it(
+    agent_client: ApiClient,
+) -> None:
+    earlier = open_ask(agent_client, plain_body(tool_call_id="q1", run_id="run-a"))
+    later = open_ask(agent_client, _in_session("run-1796043011000-4"))
+
+    assert agent_client.ingest([_pause_event("run-a", "q1", SESSION)]).status_code == 200
+
+    superseded = Ask.objects.get(pk=earlier["id"])
+    assert (superseded.session_id, superseded.status, superseded.superseded_by_id) == (
+        SESSION, Ask.Status.SUPERSEDED, later["id"]
+    )  # fmt: skip
+    assert _open_in(SESSION) == [later["id"]]
+
+
+def _open_from_a_thread(project: Project, run_id: str, tool_call_id: str, hold: threading.Event) -> threading.Thread:
+    """Open an ask in SESSION and keep its transaction open until `hold` is set."""
+    opened = threading.Event()
+
+    def open_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                service_ask_open(
+                    project=Project.objects.get(pk=project.pk), key=None, run_id=run_id, session_id=SESSION,
+                    pause_data={"toolCallId": tool_call_id, "toolName": "ask_user", "question": "Region?"},
+                    checkpoint=None, deadline=None, on_timeout="decline",
+                )  # fmt: skip
+                opened.set()
+                hold.wait(10)
+        finally:
+            opened.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=open_and_hold)
+    thread.start()
+    assert opened.wait(10)
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_asks_opened_at_once_in_one_session_leave_one_open(project: Project) -> None:
+    # The second opener waits on the session's lock until the first commits, then sees its ask.
+    release = threading.Event()
+    first = _open_from_a_thread(project, "run-a", "q1", release)
+    second = threading.Thread(
+        target=lambda: (
+            service_ask_open(
+                project=project, key=None, run_id="run-b", session_id=SESSION,
+                pause_data={"toolCallId": "q2", "toolName": "ask_user", "question": "City?"},
+                checkpoint=None, deadline=None, on_timeout="decline",
+            ),
+            connections.close_all(),
+        )
+    )  # fmt: skip
+    second.start()
+    time.sleep(0.3)  # the second opener is now waiting on the lock
+    assert second.is_alive()
+    release.set()
+    first.join(20)
+    second.join(20)
+
+    assert Ask.objects.filter(session_id=SESSION).count() == 2
+    assert _open_in(SESSION) == [Ask.objects.get(run_id="run-b").pk]
+
+
+def test_re_posting_an_event_opened_ask_with_its_session_records_it_and_supersedes(agent_client: ApiClient) -> None:
+    # The observer's pause event (no sessionId, a run without one) opens run-b's ask first; the
+    # agent's own POST then names the session.
+    earlier = open_ask(agent_client, _in_session("run-1796043009968-3"))
+    assert agent_client.ingest([_pause_event("run-b", "q1", None)]).status_code == 200
+
+    again = open_ask(agent_client, {**plain_body(tool_call_id="q1", run_id="run-b"), "sessionId": SESSION}, status=200)
+
+    assert again.get("sessionId") == SESSION, again
+    assert Ask.objects.get(pk=earlier["id"]).status == Ask.Status.SUPERSEDED
+
+
+def test_an_ask_posted_without_a_session_takes_its_runs_session(agent_client: ApiClient) -> None:
+    earlier = open_ask(agent_client, _in_session("run-1796043009968-3"))
+    assert agent_client.ingest([_event("run-b", "agent.turn_start", {"turnIndex": 0}, SESSION)]).status_code == 200
+
+    later = open_ask(agent_client, plain_body(tool_call_id="q1", run_id="run-b"))
+
+    assert later.get("sessionId") == SESSION, later
+    assert Ask.objects.get(pk=earlier["id"]).status == Ask.Status.SUPERSEDED
+
+
+def test_a_decision_the_resumed_run_reports_decides_its_ask_even_once_superseded(agent_client: ApiClient) -> None:
+    # The earlier pause was answered elsewhere; the resumed run pauses again and the agent posts
+    # that ask at once, before its buffered events (checkin.decision among them) are flushed. The
+    # run's report is evidence; the supersede was only derived.
+    earlier = open_ask(agent_client, _in_session("run-1796043009968-3"))  # tool call t3
+    open_ask(agent_client, {**plain_body(tool_call_id="q9", run_id="run-z"), "sessionId": SESSION})
+    reported = {"toolName": "transfer_funds", "toolCallId": "t3", "iteration": 1, "approved": True, "by": "alice@ops"}
+
+    assert agent_client.ingest([_event("run-z", "checkin.decision", reported)]).status_code == 200
+
+    ask = Ask.objects.get(pk=earlier["id"])
+    assert (ask.status, ask.decided_via, ask.approved) == (Ask.Status.DECIDED, Ask.Via.RUN, True)
+    assert ask.superseded_by is None
+    answer = agent_client.get(f"{ASKS}/{earlier['id']}/decision")
+    assert answer.status_code == 200, answer.content

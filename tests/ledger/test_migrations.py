@@ -72,6 +72,7 @@ BEFORE_SUPERSEDED = ("ledger", "0015_run_has_recording")
 def test_the_migration_to_one_open_ask_per_session_supersedes_the_earlier_open_asks(project) -> None:
     rows = [("r1", "s1", "open"), ("r2", "s1", "decided"), ("r3", "s1", "open"), ("r4", "s1", "open")]
     rows += [("r5", "s2", "open"), ("r6", None, "open"), ("r7", None, "open")]
+    rows += [("r8", "s3", "open"), ("r9", "s3", "decided")]  # s3 paused again since, and that is decided
     try:
         _migrate(BEFORE_SUPERSEDED)
         with connection.cursor() as cursor:
@@ -89,4 +90,5 @@ def test_the_migration_to_one_open_ask_per_session_supersedes_the_earlier_open_a
     assert {run: (ask.status, ask.superseded_by_id) for run, ask in asks.items()} == {
         "r1": ("superseded", newest), "r2": ("decided", None), "r3": ("superseded", newest),
         "r4": ("open", None), "r5": ("open", None), "r6": ("open", None), "r7": ("open", None),
+        "r8": ("superseded", asks["r9"].pk), "r9": ("decided", None),
     }  # fmt: skip

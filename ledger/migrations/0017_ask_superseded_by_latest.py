@@ -1,0 +1,21 @@
+from django.db import migrations
+
+# 0016 kept each session's newest *open* ask, so an open ask whose session paused again since, in
+# an ask decided by now, stayed open for ever. The rule asks follow on arrival is "every open ask
+# but the session's latest, whatever the latest's status": applied here to what 0016 left.
+FORWARD = """
+UPDATE ledger_ask AS earlier SET status = 'superseded', superseded_by_id = latest.id
+FROM (SELECT project_id, session_id, max(id) AS id FROM ledger_ask
+      WHERE session_id IS NOT NULL GROUP BY project_id, session_id) AS latest
+WHERE earlier.status = 'open' AND earlier.project_id = latest.project_id
+  AND earlier.session_id = latest.session_id AND earlier.id < latest.id
+"""
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("ledger", "0016_ask_superseded"),
+    ]
+
+    # Backward there is nothing to undo here: 0016's reverse reopens every superseded ask.
+    operations = [migrations.RunSQL(FORWARD, reverse_sql=migrations.RunSQL.noop)]
