@@ -106,11 +106,18 @@ def _check_utf8_form(body: bytes) -> None:
 # SQLSTATE classes of a server that is unreachable, shutting down or out of resources: worth a
 # retry. Other "operational" errors (an index row too large, say) fail the same way every time.
 UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57", "58")
+# A transaction PostgreSQL rolled back to break a deadlock (or a serialization failure): the
+# same request succeeds once the one it met has committed.
+ROLLED_BACK_SQLSTATE_CLASS = "40"
+
+
+def _sqlstate(exception: Exception) -> str | None:
+    return getattr(exception.__cause__, "sqlstate", None)  # None: the connection itself failed
 
 
 def _is_the_statements_fault(exception: Exception) -> bool:
-    sqlstate = getattr(exception.__cause__, "sqlstate", None)  # None: the connection itself failed
-    return sqlstate is not None and not sqlstate.startswith(UNAVAILABLE_SQLSTATE_CLASSES)
+    sqlstate = _sqlstate(exception)
+    return sqlstate is not None and not sqlstate.startswith((*UNAVAILABLE_SQLSTATE_CLASSES, ROLLED_BACK_SQLSTATE_CLASS))
 
 
 class DatabaseUnavailableMiddleware:
@@ -128,11 +135,17 @@ class DatabaseUnavailableMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, OperationalError | InterfaceError) or _is_the_statements_fault(exception):
             return None
-        logger.warning("database unavailable: %s", type(exception).__name__)
-        message = "The database is unavailable; nothing was stored. Retry shortly."
+        if (_sqlstate(exception) or "").startswith(ROLLED_BACK_SQLSTATE_CLASS):
+            logger.warning("transaction rolled back by PostgreSQL: %s", type(exception.__cause__).__name__)
+            message = "This request met a concurrent one and was rolled back; nothing was stored. Retry it."
+            code = "ERR_TRANSACTION_CONFLICT"
+        else:
+            logger.warning("database unavailable: %s", type(exception).__name__)
+            message = "The database is unavailable; nothing was stored. Retry shortly."
+            code = "ERR_DATABASE_UNAVAILABLE"
         response: HttpResponse
         if _is_api(request):
-            response = JsonResponse({"error": message, "code": "ERR_DATABASE_UNAVAILABLE"}, status=503)
+            response = JsonResponse({"error": message, "code": code}, status=503)
         else:
             response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
         response["Retry-After"] = str(self.RETRY_AFTER_SECONDS)
