@@ -1,5 +1,6 @@
 """The migrations agree with the models; the one that re-keys stored events keeps every event and
-its chain, both ways; the one to one open ask per session leaves each session its newest open ask."""
+its chain, both ways; the ones to one open ask per session leave each session its latest ask open;
+the one of run statuses undoes what a resume or a listener's error set."""
 
 from io import StringIO
 from typing import Any
@@ -91,4 +92,40 @@ def test_the_migration_to_one_open_ask_per_session_supersedes_the_earlier_open_a
         "r1": ("superseded", newest), "r2": ("decided", None), "r3": ("superseded", newest),
         "r4": ("open", None), "r5": ("open", None), "r6": ("open", None), "r7": ("open", None),
         "r8": ("superseded", asks["r9"].pk), "r9": ("decided", None),
+    }  # fmt: skip
+
+
+def _event(run_id: str, seq: int, type_: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = {"runId": run_id, "wallClockMs": 1796040000000 + seq}
+    return {"seq": seq, "type": "agentfootprint." + type_, "payload": payload or {}, "meta": meta}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_of_run_statuses_undoes_what_a_resume_or_a_listeners_error_set(agent_client) -> None:
+    listener = {"stage": "observer", "message": "a listener threw"}
+    runs = {
+        "resumed": ["agent.turn_start", "pause.request", "pause.resume"],
+        "listener-after-end": ["agent.turn_start", "agent.turn_end", ("error.fatal", listener)],
+        "listener-only": [("error.fatal", listener)],
+        "really-failed": ["agent.turn_start", ("error.fatal", {"stage": "call-llm", "message": "down"})],
+    }
+    events = []
+    for run_id, steps in runs.items():
+        for seq, step in enumerate(steps):
+            type_, payload = step if isinstance(step, tuple) else (step, None)
+            events.append(_event(run_id, seq, type_, payload))
+    assert agent_client.ingest(events).status_code == 200
+    # What the projection stored before session 14: the last event moved the status.
+    stored_before = {"resumed": "running", "listener-after-end": "failed", "listener-only": "failed"}
+    for run_id, status in stored_before.items():
+        Run.objects.filter(run_id=run_id).update(status=status, status_seq=len(runs[run_id]) - 1)
+    try:
+        _migrate(("ledger", "0017_ask_superseded_by_latest"))
+    finally:
+        _migrate()
+    assert dict(Run.objects.values_list("run_id", "status")) == {
+        "resumed": "paused", "listener-after-end": "completed", "listener-only": "running", "really-failed": "failed",
+    }  # fmt: skip
+    assert dict(Run.objects.values_list("run_id", "status_seq")) == {
+        "resumed": 1, "listener-after-end": 1, "listener-only": -1, "really-failed": 1,
     }  # fmt: skip
