@@ -47,10 +47,11 @@ SETTLE_S = float(os.environ.get("BENCH_SETTLE_MS", "50")) / 1000
 WARMUP, PAGE = 10, 25  # PAGE: the inbox's ASKS_PER_PAGE (ledger/views_asks.py)
 USER, PASSWORD = "bench-approver", secrets.token_urlsafe(16)
 
+# Each ask in its own session: a session holds at most one open ask (ledger.services.asks).
 FILL_INBOX = """
 INSERT INTO ledger_ask (project_id, run_id, session_id, tool_call_id, tool_name, kind, question, middleware,
                         pause_data, on_timeout, status, created_at)
-SELECT %(project)s, 'open-run-' || g, 'session-' || g %% 500, 't' || g, 'transfer_funds', 'ask', q, 'four-eyes',
+SELECT %(project)s, 'open-run-' || g, 'session-' || g, 't' || g, 'transfer_funds', 'ask', q, 'four-eyes',
        jsonb_build_object('toolCallId', 't' || g, 'toolName', 'transfer_funds',
                           'ask', jsonb_build_object('question', q, 'middleware', 'four-eyes')),
        'decline', 'open', now() - make_interval(secs => %(n)s - g)
