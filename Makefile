@@ -88,6 +88,8 @@ lock:
 	.lock-venv/bin/pip install --quiet -e '.[dev]'
 	# --all: mypyc builds through setuptools, which venvs of Python 3.12+ no longer carry.
 	.lock-venv/bin/pip freeze --all --exclude-editable | grep -v -e '^-e' -e '^pip==' > requirements.lock
+	# The image installs only what the server runs on.
+	.lock-venv/bin/python .ci/runtime_lock.py > requirements-runtime.lock
 	rm -rf .lock-venv
 
 clean:
