@@ -100,15 +100,26 @@ def webhook_deliver(*, delivery_id: int) -> None:
     WebhookAttempt.objects.filter(pk=attempt.pk).update(
         status_code=status_code, error=error, duration_ms=int((time.monotonic() - started) * 1000)
     )
-    now = timezone.now()
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(
-        status=WebhookDelivery.Status.DELIVERED if delivered else WebhookDelivery.Status.FAILED,
-        delivered_at=now if delivered else None,
-        lease_until=None,
-        next_attempt_at=now + backoff(delivery.attempts),
-    )
+    _settle(delivery, delivered)
     if not delivered:
         raise WebhookFailed(f"delivery {delivery_id} failed: {error or status_code}")
+
+
+def _settle(delivery: WebhookDelivery, delivered: bool) -> None:
+    """Record how the attempt ended on its delivery. The timeout bounds each socket operation, not
+    the attempt, so a receiver that answers slowly enough outlasts the lease and the sweep claims
+    the delivery again: a success then stands whichever attempt ends last, and a failure, or the
+    lease's release, is recorded only while no later attempt holds the delivery."""
+    now = timezone.now()
+    this_attempt_last = WebhookDelivery.objects.filter(pk=delivery.pk, attempts=delivery.attempts)
+    undelivered = WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.DELIVERED)
+    if delivered:
+        undelivered.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.DELIVERED, delivered_at=now)
+    else:
+        undelivered.filter(pk=delivery.pk, attempts=delivery.attempts).update(
+            status=WebhookDelivery.Status.FAILED, next_attempt_at=now + backoff(delivery.attempts)
+        )
+    this_attempt_last.update(lease_until=None)
 
 
 def _post(delivery: WebhookDelivery, endpoint: WebhookEndpoint) -> tuple[int | None, str]:

@@ -1,18 +1,21 @@
 """The edges of the background work. The webhook outbox: a claim re-checks that a delivery is
 due and under the attempt cap (the outbox is the one retry schedule, the task makes one attempt),
 sends nothing while the project's webhook is off or deleted and resumes once it is set again,
-POSTs to the endpoint's current URL and logs it on the attempt, and records a fault as a failed
-attempt without stopping the sweep. Deadlines: the pass skips an ask deleted while it runs, a
+POSTs to the endpoint's current URL and logs it on the attempt, records a fault as a failed
+attempt without stopping the sweep, and a slow attempt that outlasts its lease cannot undo a
+later attempt's delivery. Deadlines: the pass skips an ask deleted while it runs, a
 passed deadline stands against a late decision, and a re-post adds a missing deadline. The
 integrity-check task is a no-op for a check deleted with its run."""
 
 import io
+import threading
 from contextlib import suppress
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
 from ledger import tasks
@@ -318,3 +321,49 @@ def test_the_integrity_check_task_is_a_no_op_for_a_check_whose_run_was_deleted(p
     run.delete()
 
     tasks.integrity_check(check_id)  # the task body, called directly
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_that_outlasts_its_lease_does_not_undo_the_later_attempts_delivery(
+    project: Project, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The timeout bounds each socket operation, so a slow receiver keeps an attempt going past
+    its lease, and the sweep claims the delivery again. The second attempt is answered 200; the
+    first then ends in a 500. Expected: delivered (once delivered, always), both attempts logged."""
+    first_waiting, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    with webhook_receiver() as server:
+
+        def slow_first_answer() -> None:
+            calls.append(len(calls))
+            if len(calls) == 1:
+                first_waiting.set()
+                release.wait(10)
+                server.status = 500
+
+        server.on_request = slow_first_answer
+        delivery = _decided(project, url_of(server), "w-slow", django_capture_on_commit_callbacks)
+        failed: list[BaseException] = []
+
+        def first_attempt() -> None:
+            try:
+                webhook_deliver(delivery_id=delivery.pk)
+            except WebhookFailed as exc:
+                failed.append(exc)
+            finally:
+                connection.close()
+
+        slow = threading.Thread(target=first_attempt)
+        slow.start()
+        assert first_waiting.wait(10)
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+        webhook_deliver(delivery_id=delivery.pk)  # the sweep's claim of the expired lease: answered 200
+        release.set()
+        slow.join(20)
+
+    assert failed, "the first attempt was answered 500"
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.DELIVERED, 2, None)
+    assert delivery.delivered_at is not None
+    assert sorted(WebhookAttempt.objects.filter(delivery=delivery).values_list("status_code", flat=True)) == [200, 500]
