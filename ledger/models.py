@@ -454,6 +454,9 @@ class Ask(models.Model):
     on_timeout = models.CharField(max_length=8, choices=OnTimeout.choices, default=OnTimeout.DECLINE)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     created_at = models.DateTimeField(db_default=Now())
+    # The `meta.wallClockMs` of its pause event (the agent's clock), once that event is stored:
+    # which of a session's asks paused later (ledger.services.asks._supersede_in_session).
+    paused_at_ms = models.BigIntegerField(null=True, blank=True)
     # The session's later ask that closed this one undecided; it was opened (created_at) then.
     superseded_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     # The decision, written once by a conditional UPDATE … WHERE status = 'open'.
@@ -483,9 +486,8 @@ class Ask(models.Model):
             models.Index(fields=["status", "-created_at"], name="ask_open_newest"),
             models.Index(fields=["project", "status", "-id"], name="ask_inbox"),
             models.Index(fields=["deadline"], name="ask_deadline", condition=models.Q(status="open")),
-            models.Index(
-                fields=["project", "session_id"], name="ask_open_in_session", condition=models.Q(status="open")
-            ),
+            # A session's asks, whatever their status: which of them paused later (superseding).
+            models.Index(fields=["project", "session_id"], name="ask_in_session"),
         ]
 
     def __str__(self) -> str:

@@ -19,7 +19,9 @@ LEFT JOIN LATERAL (
       AND e.type IN ('agentfootprint.agent.turn_start', 'agentfootprint.pause.request',
                      'agentfootprint.agent.turn_end', 'agentfootprint.error.fatal',
                      'agentfootprint.permission.halt')
-      AND NOT (e.type = 'agentfootprint.error.fatal' AND e.doc -> 'payload' ->> 'stage' = 'observer')
+      -- IS NOT DISTINCT FROM: an error.fatal without a stage (NULL) is a failure, not a listener's
+      AND NOT (e.type = 'agentfootprint.error.fatal'
+               AND (e.doc -> 'payload' ->> 'stage') IS NOT DISTINCT FROM 'observer')
     ORDER BY e.seq DESC LIMIT 1
 ) AS prior ON true
 WHERE moved.run_id = run.id AND moved.seq = run.status_seq
@@ -31,7 +33,7 @@ WHERE moved.run_id = run.id AND moved.seq = run.status_seq
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0017_ask_superseded_by_latest"),
+        ("ledger", "0017_ask_paused_at_and_superseded_by_latest"),
     ]
 
     # Backward there is nothing to restore: the old statuses were the defect.

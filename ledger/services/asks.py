@@ -6,7 +6,7 @@ announced with NOTIFY, which wakes every long-poll waiting on it at once.
 """
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from django.contrib.auth.models import User
@@ -24,6 +24,7 @@ from ledger.envelopes import (
     is_run_id,
     json_holds_nul,
     replace_nul,
+    wall_clock_ms_of,
 )
 from ledger.exceptions import (
     AskAlreadyDecided,
@@ -196,6 +197,8 @@ def ask_open(
         raise AskInvalid("onTimeout must be 'decline' or 'approve'.")
     if session_id is None:  # a run's events may have named its session before the agent's POST
         session_id = Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
+    if session_id is not None:
+        _lock_sessions(project.pk)
     defaults = {
         **_fields_for_model(data),
         "session_id": session_id,
@@ -233,27 +236,26 @@ def ask_open(
 
 
 def _supersede_in_session(ask: Ask) -> None:
-    """Close undecided every open ask of `ask`'s session but its latest ask: a session has at most
-    one open ask (spec §9.3). Its host refuses a new turn while a question is outstanding
-    (ERR_AWAITING_DECISION), so a session that paused again had its earlier pause answered
-    elsewhere or dropped: no run waits on that ask, and a decision there would reach nothing.
-    Latest is by arrival (the ask's id), whatever its status: an ask that learns its session late
-    is superseded by a later one already there, even one decided since. Their long-polls are woken,
-    to be told. `ask` is refreshed when it is among them (a later ask committed first).
+    """Close undecided every open ask of `ask`'s session that a later ask of the session follows:
+    a session has at most one open ask (spec §9.3). Its host refuses a new turn while a question
+    is outstanding (ERR_AWAITING_DECISION), so a session that paused again had its earlier pause
+    answered elsewhere or dropped: no run waits on that ask, and a decision there would reach
+    nothing. Their long-polls are woken, to be told. `ask` is refreshed when it is among them.
 
-    Under the session's lock, taken before any of its asks' rows (here and in `_close_reported`):
-    two asks opened at once each see the other committed, or neither would close the other.
+    Later means, by the agent's own clock, a later pause: both asks' pause events are stored
+    (`paused_at_ms`). Without its pause event (an ask only POSTed so far), an ask is later than
+    the asks that arrived before it, since an agent posts its ask the moment it pauses while its
+    events may wait in the observer's buffer; but an ask opened from a pause event that arrives
+    after a POSTed one supersedes nothing until the POSTed ask's own event says which came first.
+    The later ask may be decided by now: the session paused again all the same.
     """
     if ask.session_id is None:
         return
+    _lock_sessions(ask.project_id)
     with connection.cursor() as cursor:
-        _lock_session(cursor, ask.project_id, ask.session_id)
         # A decision that commits meanwhile wins: the row is re-read, and no longer open.
         cursor.execute(
-            "UPDATE ledger_ask AS earlier SET status = %(superseded)s, superseded_by_id = latest.id FROM"
-            " (SELECT max(id) AS id FROM ledger_ask WHERE project_id = %(project)s AND session_id = %(session)s)"
-            " AS latest WHERE earlier.project_id = %(project)s AND earlier.session_id = %(session)s"
-            " AND earlier.status = %(open)s AND earlier.id < latest.id RETURNING earlier.id",
+            SUPERSEDE_EARLIER,
             {
                 "project": ask.project_id,
                 "session": ask.session_id,
@@ -268,8 +270,32 @@ def _supersede_in_session(ask: Ask) -> None:
         ask.refresh_from_db(fields=["status", "superseded_by"])
 
 
-def _lock_session(cursor: Any, project_id: int, session_id: str) -> None:
-    cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"ask-session:{project_id}:{session_id}"])
+SUPERSEDE_EARLIER: Final = """
+    WITH followed AS (
+        SELECT earlier.id, (
+            SELECT later.id FROM ledger_ask AS later
+            WHERE later.project_id = earlier.project_id AND later.session_id = earlier.session_id
+              AND CASE WHEN later.paused_at_ms IS NULL THEN later.id > earlier.id
+                       ELSE earlier.paused_at_ms IS NOT NULL
+                            AND (later.paused_at_ms, later.id) > (earlier.paused_at_ms, earlier.id) END
+            ORDER BY later.id DESC LIMIT 1
+        ) AS by_id
+        FROM ledger_ask AS earlier
+        WHERE earlier.project_id = %(project)s AND earlier.session_id = %(session)s AND earlier.status = %(open)s
+    )
+    UPDATE ledger_ask AS ask SET status = %(superseded)s, superseded_by_id = followed.by_id
+    FROM followed WHERE ask.id = followed.id AND followed.by_id IS NOT NULL AND ask.status = %(open)s
+    RETURNING ask.id
+"""
+
+
+def _lock_sessions(project_id: int) -> None:
+    """The lock on the project's sessions, for the rest of the transaction, taken before any ask
+    row is touched (here, in `ask_open` before its insert, in `asks_from_events` before its first
+    ask): two asks opened at once then see each other committed. One lock for all of a project's
+    sessions: a batch may touch several, in any order, and pauses come at human speed."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"ask-sessions:{project_id}"])
 
 
 def _bar_from_deciding(ask: Ask, key: AgentKey | None) -> None:
@@ -302,12 +328,14 @@ def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
 def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | None) -> None:
     """Open asks from ingested `pause.request` / `checkin.request` events, opened by `key` (the
     agent key that posted them, which so may not decide them); close them on the run's own
-    `checkin.decision` (decided elsewhere). Runs inside the ingestion transaction."""
+    `checkin.decision` (decided elsewhere). Runs inside the ingestion transaction, after its run
+    locks; takes the sessions' lock (`_lock_sessions`) before it touches an ask."""
+    reported: list[tuple[str, dict[str, Any], Event, str]] = []  # (type, decision or pauseData, event, run)
     for event in events:
         payload = event.payload if isinstance(event.payload, dict) else {}
         short = event.type.removeprefix("agentfootprint.")
         if short == "checkin.decision":
-            _close_reported(project, payload)
+            reported.append((short, payload, event, event.run_id))
             continue
         pause_data: Any = payload.get("questionPayload")
         if short == "checkin.request":
@@ -322,39 +350,58 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
             continue
         run_id = _run_of_pause(project, event, pause_data["toolCallId"])
         if run_id != event.run_id:  # 9.62.0's `consumer-scope` pause: the run it traced to is paused
+            # A run row: written before the sessions' lock, as ingestion's own run locks are.
             Run.objects.filter(project=project, run_id=run_id, status=Run.Status.RUNNING).update(
                 status=Run.Status.PAUSED, status_seq=F("max_seq")
             )
-        session_id = event.meta.get("sessionId") or (
-            Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
-        )
-        existing = Ask.objects.filter(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"]).first()
-        if existing is None:
-            try:
-                with transaction.atomic():  # the agent's own POST /asks may open it at this moment
-                    opened = Ask.objects.create(
-                        project=project,
-                        run_id=run_id,
-                        tool_call_id=pause_data["toolCallId"],
-                        session_id=session_id,
-                        reporting_key_ids=[] if key is None else [key.pk],
-                        **_fields_for_model(pause_data),
-                    )
-            except IntegrityError:
-                existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
-            else:
-                _supersede_in_session(opened)
-                continue
-        _bar_from_deciding(existing, key)
-        updates: dict[str, Any] = {}
-        if short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
-            updates.update(_fields_for_model(pause_data))
-        if existing.session_id is None and session_id:
-            updates["session_id"] = existing.session_id = session_id
-        if updates:
-            Ask.objects.filter(pk=existing.pk).update(**updates)
-        if "session_id" in updates:
-            _supersede_in_session(existing)
+        reported.append((short, pause_data, event, run_id))
+    if not reported:
+        return
+    _lock_sessions(project.pk)
+    for short, data, event, run_id in reported:
+        if short == "checkin.decision":
+            _close_reported(project, data)
+        else:
+            _open_reported(project, key, short, data, event.meta, run_id)
+
+
+def _open_reported(
+    project: Project, key: AgentKey | None, short: str, pause_data: dict[str, Any], meta: dict[str, Any], run_id: str
+) -> None:
+    session_id = meta.get("sessionId") or (
+        Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
+    )
+    paused_at_ms = wall_clock_ms_of(meta.get("wallClockMs"))
+    existing = Ask.objects.filter(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"]).first()
+    if existing is None:
+        try:
+            with transaction.atomic():  # the agent's own POST /asks may open it at this moment
+                opened = Ask.objects.create(
+                    project=project,
+                    run_id=run_id,
+                    tool_call_id=pause_data["toolCallId"],
+                    session_id=session_id,
+                    paused_at_ms=paused_at_ms,
+                    reporting_key_ids=[] if key is None else [key.pk],
+                    **_fields_for_model(pause_data),
+                )
+        except IntegrityError:
+            existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
+        else:
+            _supersede_in_session(opened)
+            return
+    _bar_from_deciding(existing, key)
+    updates: dict[str, Any] = {}
+    if short == "checkin.request" and existing.kind != Ask.Kind.CHECK_IN:
+        updates.update(_fields_for_model(pause_data))
+    if existing.session_id is None and session_id:
+        updates["session_id"] = existing.session_id = session_id
+    if existing.paused_at_ms is None and paused_at_ms is not None:  # the POSTed ask's own pause event
+        updates["paused_at_ms"] = existing.paused_at_ms = paused_at_ms
+    if updates:
+        Ask.objects.filter(pk=existing.pk).update(**updates)
+    if "session_id" in updates or "paused_at_ms" in updates:
+        _supersede_in_session(existing)
 
 
 def _close_reported(project: Project, payload: dict[str, Any]) -> None:
@@ -370,9 +417,6 @@ def _close_reported(project: Project, payload: dict[str, Any]) -> None:
     candidates = list(Ask.objects.filter(project=project, tool_call_id=tool_call_id)[:2])
     if len(candidates) != 1 or candidates[0].status not in undecided:
         return
-    if candidates[0].session_id is not None:
-        with connection.cursor() as cursor:
-            _lock_session(cursor, project.pk, candidates[0].session_id)
     claimed = Ask.objects.filter(pk=candidates[0].pk, status__in=undecided).update(
         status=Ask.Status.DECIDED,
         superseded_by=None,

@@ -28,16 +28,29 @@ def _in_session(run_id: str, session: str | None = SESSION, **extra: Any) -> dic
     return body
 
 
-def _event(run_id: str, type_: str, payload: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+def _event(
+    run_id: str,
+    type_: str,
+    payload: dict[str, Any],
+    session: str | None = None,
+    *,
+    seq: int = 0,
+    wall: int | None = None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"runId": run_id, "runtimeStageId": "sf-tools/execute-tool-calls#paused"}
     if session is not None:
         meta["sessionId"] = session
-    return {"seq": 0, "type": "agentfootprint." + type_, "payload": payload, "meta": meta}
+    if wall is not None:
+        meta["wallClockMs"] = wall
+    return {"seq": seq, "type": "agentfootprint." + type_, "payload": payload, "meta": meta}
 
 
-def _pause_event(run_id: str, tool_call_id: str, session: str | None) -> dict[str, Any]:
+def _pause_event(
+    run_id: str, tool_call_id: str, session: str | None, *, seq: int = 0, wall: int | None = None
+) -> dict[str, Any]:
     question = {"toolCallId": tool_call_id, "toolName": "refund", "question": "Refund 40 EUR?"}
-    return _event(run_id, "pause.request", {"reason": "askHuman", "questionPayload": question}, session)
+    payload = {"reason": "askHuman", "questionPayload": question}
+    return _event(run_id, "pause.request", payload, session, seq=seq, wall=wall)
 
 
 def _open_in(session: str) -> list[int]:
@@ -311,3 +324,53 @@ def test_a_decision_the_resumed_run_reports_decides_its_ask_even_once_superseded
     assert ask.superseded_by is None
     answer = agent_client.get(f"{ASKS}/{earlier['id']}/decision")
     assert answer.status_code == 200, answer.content
+
+
+T0 = 1796040000000  # the agent's clock, in its events' meta.wallClockMs
+
+
+def _checkin_decision(run_id: str, tool_call_id: str, *, wall: int) -> dict[str, Any]:
+    reported = {"toolName": "refund", "toolCallId": tool_call_id, "iteration": 1, "approved": True, "by": "alice@host"}
+    return _event(run_id, "checkin.decision", reported, wall=wall)
+
+
+def test_an_earlier_pause_whose_events_arrive_last_does_not_supersede_the_live_ask(agent_client: ApiClient) -> None:
+    # run-a paused at c1 (t0); the host answered it and resumed as run-b, which paused at c2 (t0 +
+    # 3 s) and POSTed c2's ask at once. run-b's events come next, run-a's buffered ones last. By
+    # arrival c1's ask is the latest; by the agent's clock, in both pause events, c2's is.
+    live = open_ask(agent_client, plain_body(tool_call_id="c2", run_id="run-b") | {"sessionId": SESSION})
+    resumed = [
+        _checkin_decision("run-b", "c1", wall=T0 + 2000),
+        _pause_event("run-b", "c2", SESSION, seq=1, wall=T0 + 3000),
+    ]
+    assert agent_client.ingest(resumed).status_code == 200
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=T0)]).status_code == 200
+
+    stale = Ask.objects.get(run_id="run-a")
+    assert (stale.status, stale.superseded_by_id) == (Ask.Status.SUPERSEDED, live["id"])
+    assert _open_in(SESSION) == [live["id"]]
+
+
+def test_a_posted_ask_supersedes_no_pause_that_arrives_after_it_until_its_own_event_says_which_came_first(
+    agent_client: ApiClient,
+) -> None:
+    # c2 is POSTed; a pause event of the session (c1) arrives before c2's own event. Which paused
+    # first is unknown: both stay open, nothing is superseded on a guess. c2's event then orders them.
+    posted = open_ask(agent_client, plain_body(tool_call_id="c2", run_id="run-b") | {"sessionId": SESSION})
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=T0)]).status_code == 200
+    assert sorted(_open_in(SESSION)) == sorted([posted["id"], Ask.objects.get(run_id="run-a").pk])
+
+    assert agent_client.ingest([_pause_event("run-b", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+
+    assert _open_in(SESSION) == [posted["id"]]
+    assert Ask.objects.get(run_id="run-a").superseded_by_id == posted["id"]
+
+
+def test_a_pause_posted_after_another_ask_arrived_supersedes_it(agent_client: ApiClient) -> None:
+    # The usual order: an ask opened (from events or a POST), then the session pauses again and
+    # the agent POSTs the new ask at once, before its events: later by arrival.
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=T0)]).status_code == 200
+    later = open_ask(agent_client, plain_body(tool_call_id="c2", run_id="run-b") | {"sessionId": SESSION})
+
+    assert _open_in(SESSION) == [later["id"]]
+    assert Ask.objects.get(run_id="run-a").paused_at_ms == T0

@@ -120,7 +120,7 @@ def test_the_migration_of_run_statuses_undoes_what_a_resume_or_a_listeners_error
     for run_id, status in stored_before.items():
         Run.objects.filter(run_id=run_id).update(status=status, status_seq=len(runs[run_id]) - 1)
     try:
-        _migrate(("ledger", "0017_ask_superseded_by_latest"))
+        _migrate(("ledger", "0017_ask_paused_at_and_superseded_by_latest"))
     finally:
         _migrate()
     assert dict(Run.objects.values_list("run_id", "status")) == {
@@ -129,3 +129,21 @@ def test_the_migration_of_run_statuses_undoes_what_a_resume_or_a_listeners_error
     assert dict(Run.objects.values_list("run_id", "status_seq")) == {
         "resumed": 1, "listener-after-end": 1, "listener-only": -1, "really-failed": 1,
     }  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_of_run_statuses_keeps_a_failure_whose_error_names_no_stage(agent_client) -> None:
+    # An OTLP root span that failed is stored as an error.fatal without a stage: a failure, not a
+    # listener's (SQL: its missing stage is NULL, which must not read as "not the observer's").
+    events = [
+        _event("run-failed-turn", 0, "agent.turn_start"),
+        _event("run-failed-turn", 1, "error.fatal", {"message": "model provider down", "source": "otlp"}),
+        _event("run-failed-turn", 2, "error.fatal", {"stage": "observer", "message": "a listener threw"}),
+    ]
+    assert agent_client.ingest(events).status_code == 200
+    Run.objects.filter(run_id="run-failed-turn").update(status="failed", status_seq=2)  # as stored before session 14
+    try:
+        _migrate(("ledger", "0017_ask_paused_at_and_superseded_by_latest"))
+    finally:
+        _migrate()
+    assert Run.objects.values_list("status", "status_seq").get(run_id="run-failed-turn") == ("failed", 1)

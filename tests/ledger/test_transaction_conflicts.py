@@ -1,10 +1,11 @@
 """A request PostgreSQL rolls back to break a deadlock answers 503 with Retry-After, stores
 nothing, and succeeds when retried: never a 500, which an agent cannot tell from a bug.
 
-The deadlock is real. Ingesting a run's `checkin.decision` locks the run, then the session of the
-ask it decides (`_close_reported`). The test holds that session's lock, waits for the request to
-queue behind it, and then asks for the run's row: each waits on the other, and PostgreSQL's
-deadlock check (deadlock_timeout after the request began to wait) rolls back the request.
+The deadlock is real. Ingesting a run's `checkin.decision` locks the run, then the project's
+sessions (`_lock_sessions`, before it touches an ask). The test holds that lock, waits for the
+request to queue behind it, and then asks for the run's row: each waits on the other, and
+PostgreSQL's deadlock check (deadlock_timeout after the request began to wait) rolls back the
+request.
 """
 
 import threading
@@ -46,7 +47,7 @@ def _backend_waiting_on_an_advisory_lock(deadline_s: float = 20) -> None:
             if cur.fetchone():
                 return
             time.sleep(0.01)
-    raise AssertionError("the request never waited on the session's lock")
+    raise AssertionError("the request never waited on the sessions' lock")
 
 
 def test_a_request_rolled_back_to_break_a_deadlock_answers_503_and_its_retry_is_stored(project) -> None:
@@ -64,8 +65,8 @@ def test_a_request_rolled_back_to_break_a_deadlock_answers_503_and_its_retry_is_
 
     with transaction.atomic():
         with connection.cursor() as cur:
-            session_lock = f"ask-session:{project.pk}:{SESSION}"
-            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [session_lock])
+            sessions_lock = f"ask-sessions:{project.pk}"
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [sessions_lock])
         thread = threading.Thread(target=report_the_decision)
         thread.start()
         _backend_waiting_on_an_advisory_lock()
