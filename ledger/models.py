@@ -457,6 +457,10 @@ class Ask(models.Model):
     # The `meta.wallClockMs` of its pause event (the agent's clock), once that event is stored:
     # which of a session's asks paused later (ledger.services.asks._supersede_in_session).
     paused_at_ms = models.BigIntegerField(null=True, blank=True)
+    # Whether that event is stored (it may carry no clock); an ask only POSTed has none yet.
+    pause_reported = models.BooleanField(default=False, db_default=False)
+    # Whether the ask was first opened from that event rather than by the agent's POST.
+    opened_from_event = models.BooleanField(default=False, db_default=False)
     # The session's later ask that closed this one undecided; it was opened (created_at) then.
     superseded_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     # The decision, written once by a conditional UPDATE … WHERE status = 'open'.

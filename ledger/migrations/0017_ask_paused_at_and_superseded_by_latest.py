@@ -22,10 +22,18 @@ class Migration(migrations.Migration):
     # Backward there is nothing to undo here: 0016's reverse reopens every superseded ask.
     operations = [
         migrations.AddField(model_name="ask", name="paused_at_ms", field=models.BigIntegerField(blank=True, null=True)),
+        migrations.AddField(
+            model_name="ask", name="pause_reported", field=models.BooleanField(db_default=False, default=False)
+        ),
+        migrations.AddField(
+            model_name="ask", name="opened_from_event", field=models.BooleanField(db_default=False, default=False)
+        ),
         # Superseding reads every ask of the session, decided ones included.
         migrations.RemoveIndex(model_name="ask", name="ask_open_in_session"),
         migrations.AddIndex(
             model_name="ask", index=models.Index(fields=["project", "session_id"], name="ask_in_session")
         ),
+        # The asks stored before keep their order of arrival (as pauses reported without a clock).
+        migrations.RunSQL("UPDATE ledger_ask SET pause_reported = true", reverse_sql=migrations.RunSQL.noop),
         migrations.RunSQL(FORWARD, reverse_sql=migrations.RunSQL.noop),
     ]

@@ -6,7 +6,7 @@ announced with NOTIFY, which wakes every long-poll waiting on it at once.
 """
 
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, NamedTuple
 
 import orjson
 from django.contrib.auth.models import User
@@ -35,11 +35,10 @@ from ledger.exceptions import (
     AskSuperseded,
 )
 from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
-from ledger.services.ingest import run_append_server_event, run_lock
+from ledger.services.ingest import CONSUMER_SCOPE, run_append_server_event, run_lock
 
 NOTIFY_CHANNEL = "ask_decided"
 DECISION_EVENT = "ledger.human_decision"
-CONSUMER_SCOPE = "consumer-scope"
 MAX_NOTE_LENGTH = 2000
 # The page's answer box holds as much; the value travels in the chain, the webhook and the pages.
 MAX_VALUE_CHARS = 100_000
@@ -236,57 +235,81 @@ def ask_open(
 
 
 def _supersede_in_session(ask: Ask) -> None:
-    """Close undecided every open ask of `ask`'s session that a later ask of the session follows:
-    a session has at most one open ask (spec §9.3). Its host refuses a new turn while a question
-    is outstanding (ERR_AWAITING_DECISION), so a session that paused again had its earlier pause
-    answered elsewhere or dropped: no run waits on that ask, and a decision there would reach
-    nothing. Their long-polls are woken, to be told. `ask` is refreshed when it is among them.
-
-    Later means, by the agent's own clock, a later pause: both asks' pause events are stored
-    (`paused_at_ms`). Without its pause event (an ask only POSTed so far), an ask is later than
-    the asks that arrived before it, since an agent posts its ask the moment it pauses while its
-    events may wait in the observer's buffer; but an ask opened from a pause event that arrives
-    after a POSTed one supersedes nothing until the POSTed ask's own event says which came first.
-    The later ask may be decided by now: the session paused again all the same.
+    """Keep `ask`'s session at one open ask, its latest (spec §9.3): the host refuses a new turn
+    while a question is outstanding (ERR_AWAITING_DECISION), so a session that paused again had
+    its earlier pause answered elsewhere or dropped; no run waits on that ask, and a decision there
+    would reach nothing. Every open ask that a later ask follows is superseded by the session's
+    latest (its long-polls woken, to be told); a superseded ask found to be the latest after all
+    (its pause event came late and named an earlier time for the other) is open again. Decided
+    asks stay as they are, and count: the session paused again all the same. `ask` is refreshed.
     """
     if ask.session_id is None:
         return
     _lock_sessions(ask.project_id)
-    with connection.cursor() as cursor:
-        # A decision that commits meanwhile wins: the row is re-read, and no longer open.
-        cursor.execute(
-            SUPERSEDE_EARLIER,
-            {
-                "project": ask.project_id,
-                "session": ask.session_id,
-                "open": Ask.Status.OPEN.value,
-                "superseded": Ask.Status.SUPERSEDED.value,
-            },
+    session = [
+        _Pause(*row)
+        for row in Ask.objects.filter(project_id=ask.project_id, session_id=ask.session_id).values_list(
+            "pk", "status", "paused_at_ms", "opened_from_event", "pause_reported"
         )
-        superseded = [ask_id for (ask_id,) in cursor.fetchall()]
-    for ask_id in superseded:
-        _wake_waiters(ask_id)
-    if ask.pk in superseded:
+    ]
+    # Clocks and arrivals can disagree round in a circle; then the last to arrive leads.
+    latest = _latest(session) or [max(session, key=lambda pause: pause.pk)]
+    live = max(latest, key=lambda pause: pause.pk)
+    undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
+    reopen = [pause.pk for pause in latest if pause.status == Ask.Status.SUPERSEDED]
+    stale = [pause.pk for pause in session if pause.status == Ask.Status.OPEN and pause not in latest]
+    if reopen:
+        Ask.objects.filter(pk__in=reopen, status=Ask.Status.SUPERSEDED).update(
+            status=Ask.Status.OPEN, superseded_by=None
+        )
+    if stale:
+        # A decision that commits meanwhile wins: the UPDATE re-reads the row, no longer open.
+        Ask.objects.filter(pk__in=stale, status=Ask.Status.OPEN).update(
+            status=Ask.Status.SUPERSEDED, superseded_by=live.pk
+        )
+        for ask_id in stale:
+            _wake_waiters(ask_id)
+    if len(latest) == 1:  # every superseded ask names the one to follow
+        Ask.objects.filter(project_id=ask.project_id, session_id=ask.session_id, status=Ask.Status.SUPERSEDED).exclude(
+            superseded_by=live.pk
+        ).update(superseded_by=live.pk)
+    if ask.status in undecided:
         ask.refresh_from_db(fields=["status", "superseded_by"])
 
 
-SUPERSEDE_EARLIER: Final = """
-    WITH followed AS (
-        SELECT earlier.id, (
-            SELECT later.id FROM ledger_ask AS later
-            WHERE later.project_id = earlier.project_id AND later.session_id = earlier.session_id
-              AND CASE WHEN later.paused_at_ms IS NULL THEN later.id > earlier.id
-                       ELSE earlier.paused_at_ms IS NOT NULL
-                            AND (later.paused_at_ms, later.id) > (earlier.paused_at_ms, earlier.id) END
-            ORDER BY later.id DESC LIMIT 1
-        ) AS by_id
-        FROM ledger_ask AS earlier
-        WHERE earlier.project_id = %(project)s AND earlier.session_id = %(session)s AND earlier.status = %(open)s
-    )
-    UPDATE ledger_ask AS ask SET status = %(superseded)s, superseded_by_id = followed.by_id
-    FROM followed WHERE ask.id = followed.id AND followed.by_id IS NOT NULL AND ask.status = %(open)s
-    RETURNING ask.id
-"""
+class _Pause(NamedTuple):
+    """One ask of a session, as the order of its pauses needs it."""
+
+    pk: int  # the order of arrival
+    status: str
+    paused_at_ms: int | None  # its pause event's meta.wallClockMs, the agent's clock
+    opened_from_event: bool  # first known from its pause event, not from the agent's POST
+    pause_reported: bool  # its pause event is stored (with or without a clock)
+
+
+def _later(later: _Pause, earlier: _Pause) -> bool:
+    """Whether `later` paused after `earlier`, as far as the server can tell: by the agent's clock
+    when both pause events carried it, else by arrival; but a pause event arriving after an ask
+    only POSTed so far may have waited in the observer's buffer, and orders nothing until that
+    ask's own event does (an agent posts its ask the moment it pauses)."""
+    if later.paused_at_ms is not None and earlier.paused_at_ms is not None:
+        return (later.paused_at_ms, later.pk) > (earlier.paused_at_ms, earlier.pk)
+    if later.pk <= earlier.pk:
+        return False
+    return not (later.opened_from_event and not earlier.pause_reported)
+
+
+def _latest(session: list[_Pause]) -> list[_Pause]:
+    """The asks no other ask of the session follows: one, or more while a POSTed ask's own pause
+    event has yet to order them. Any other ask is followed by one of these three."""
+    posted_only = [pause for pause in session if not pause.pause_reported]
+    clocked = [pause for pause in session if pause.paused_at_ms is not None]
+    candidates = {max(session, key=lambda pause: pause.pk)}
+    if posted_only:
+        candidates.add(max(posted_only, key=lambda pause: pause.pk))
+    if clocked:
+        candidates.add(max(clocked, key=lambda pause: (pause.paused_at_ms, pause.pk)))
+    return [pause for pause in candidates if not any(_later(other, pause) for other in session)]
 
 
 def _lock_sessions(project_id: int) -> None:
@@ -325,6 +348,37 @@ def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
     return call.run.run_id if call else event.run_id
 
 
+def _pause_data_of(event: Event) -> dict[str, Any] | None:
+    """The paused outcome's pauseData a `pause.request` / `checkin.request` event reports, when it
+    names a tool call id the server can keep (the event itself is kept, verbatim, either way)."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    pause_data: Any = payload.get("questionPayload")
+    if event.type.removeprefix("agentfootprint.") == "checkin.request":
+        pause_data = {
+            "toolCallId": payload.get("toolCallId"),
+            "toolName": payload.get("toolName"),
+            "checkIn": payload.get("request"),
+        }
+    if not isinstance(pause_data, dict) or not is_plain_id(pause_data.get("toolCallId")):
+        return None
+    return pause_data
+
+
+def runs_traced_from_consumer_scope(*, project: Project, events: list[Event]) -> set[str]:
+    """The runs that the `consumer-scope` pauses among `events` pause (`_run_of_pause`): ingestion
+    locks them with the batch's own runs, in one order, before `asks_from_events` writes them."""
+    traced = set()
+    for event in events:
+        if event.run_id == CONSUMER_SCOPE and event.type.removeprefix("agentfootprint.") in PAUSE_TYPES:
+            pause_data = _pause_data_of(event)
+            if pause_data is not None:
+                traced.add(_run_of_pause(project, event, pause_data["toolCallId"]))
+    return traced - {CONSUMER_SCOPE}
+
+
+PAUSE_TYPES = frozenset({"pause.request", "checkin.request"})
+
+
 def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | None) -> None:
     """Open asks from ingested `pause.request` / `checkin.request` events, opened by `key` (the
     agent key that posted them, which so may not decide them); close them on the run's own
@@ -332,25 +386,16 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
     locks; takes the sessions' lock (`_lock_sessions`) before it touches an ask."""
     reported: list[tuple[str, dict[str, Any], Event, str]] = []  # (type, decision or pauseData, event, run)
     for event in events:
-        payload = event.payload if isinstance(event.payload, dict) else {}
         short = event.type.removeprefix("agentfootprint.")
         if short == "checkin.decision":
-            reported.append((short, payload, event, event.run_id))
+            reported.append((short, event.payload if isinstance(event.payload, dict) else {}, event, event.run_id))
             continue
-        pause_data: Any = payload.get("questionPayload")
-        if short == "checkin.request":
-            pause_data = {
-                "toolCallId": payload.get("toolCallId"),
-                "toolName": payload.get("toolName"),
-                "checkIn": payload.get("request"),
-            }
-        # An id the framework would never write (over 200 characters, U+0000) opens no ask: the
-        # event itself is kept, verbatim, in the chain.
-        if not isinstance(pause_data, dict) or not is_plain_id(pause_data.get("toolCallId")):
+        pause_data = _pause_data_of(event)
+        if pause_data is None:
             continue
         run_id = _run_of_pause(project, event, pause_data["toolCallId"])
         if run_id != event.run_id:  # 9.62.0's `consumer-scope` pause: the run it traced to is paused
-            # A run row: written before the sessions' lock, as ingestion's own run locks are.
+            # Ingestion locked that run with its own (runs_traced_from_consumer_scope).
             Run.objects.filter(project=project, run_id=run_id, status=Run.Status.RUNNING).update(
                 status=Run.Status.PAUSED, status_seq=F("max_seq")
             )
@@ -382,6 +427,8 @@ def _open_reported(
                     tool_call_id=pause_data["toolCallId"],
                     session_id=session_id,
                     paused_at_ms=paused_at_ms,
+                    opened_from_event=True,
+                    pause_reported=True,
                     reporting_key_ids=[] if key is None else [key.pk],
                     **_fields_for_model(pause_data),
                 )
@@ -396,11 +443,12 @@ def _open_reported(
         updates.update(_fields_for_model(pause_data))
     if existing.session_id is None and session_id:
         updates["session_id"] = existing.session_id = session_id
-    if existing.paused_at_ms is None and paused_at_ms is not None:  # the POSTed ask's own pause event
+    if not existing.pause_reported:  # the POSTed ask's own pause event: now the two can be ordered
+        updates["pause_reported"] = existing.pause_reported = True
         updates["paused_at_ms"] = existing.paused_at_ms = paused_at_ms
     if updates:
         Ask.objects.filter(pk=existing.pk).update(**updates)
-    if "session_id" in updates or "paused_at_ms" in updates:
+    if "session_id" in updates or "pause_reported" in updates:
         _supersede_in_session(existing)
 
 

@@ -62,6 +62,7 @@ class _RunState:
 
 
 RUN_IDENTITY_KEYS = (*IDENTITY_KEYS, "compositionPath")
+CONSUMER_SCOPE: Final = "consumer-scope"  # the runId 9.62.0 gives pause events (ledger.services.asks)
 
 
 def _identity_of(events: list[Event]) -> dict[str, Any]:
@@ -395,7 +396,17 @@ def events_ingest(
     accepted: dict[str, int] = {}
     first_batch: set[str] = set()
     with server_binding_cursor() as cur:
-        for run_id in sorted(by_run):
+        locked: set[str] = set(by_run)
+        if CONSUMER_SCOPE in by_run:  # its pauses pause other runs: locked with these, in one order
+            from ledger.services.asks import runs_traced_from_consumer_scope
+
+            locked = locked | runs_traced_from_consumer_scope(project=project, events=by_run[CONSUMER_SCOPE])
+        for run_id in sorted(locked):
+            if run_id not in by_run:
+                cur.execute(
+                    "SELECT 1 FROM ledger_run WHERE project_id = %s AND run_id = %s FOR UPDATE", [project.pk, run_id]
+                )
+                continue
             run_events = by_run[run_id]
             state = states[run_id] = _lock_run(cur, project, run_id, run_events, source)
             if state.chain_length == 0:

@@ -1,7 +1,8 @@
-"""Asks take the project's sessions lock before any ask row, and after the run locks: requests
-that open, supersede or close asks of the same sessions at once queue behind each other instead
-of deadlocking (a deadlock would roll one back: 503 ERR_TRANSACTION_CONFLICT to an agent that
-did nothing wrong). Each test holds ask rows locked to make one interleaving certain."""
+"""Asks take the project's sessions lock before any ask row, and after the run locks (a
+`consumer-scope` pause's traced run among them): requests that open, supersede or close asks of
+the same sessions at once queue behind each other instead of deadlocking (a deadlock would roll
+one back: 503 ERR_TRANSACTION_CONFLICT to an agent that did nothing wrong). Each test holds rows
+locked to make one interleaving certain."""
 
 import threading
 import time
@@ -10,16 +11,18 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from ledger.models import Ask, Project
+from ledger.models import Ask, Project, Run
 from ledger.services import agent_key_create
 from ledger.services import ask_open as service_ask_open
 from tests.conftest import ApiClient
+from tests.ledger.ask_helpers import secret_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SESSION = "support-chat-41"
 OTHER_SESSION = "support-chat-42"
 WALL = 1796040000000
+CONSUMER = "consumer-scope"
 
 
 def _event(run_id: str, seq: int, type_: str, payload: dict[str, Any], session: str | None, wall: int) -> dict:
@@ -64,6 +67,10 @@ def _in_thread(answers: dict[str, Any], name: str, call: Any) -> threading.Threa
     thread = threading.Thread(target=run, name=name)
     thread.start()
     return thread
+
+
+def _plain(run_id: str, seq: int, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"seq": seq, "type": "agentfootprint." + type_, "payload": payload, "meta": {"runId": run_id}}
 
 
 def _status(response: Any) -> tuple[int, Any]:
@@ -124,3 +131,49 @@ def test_an_agents_post_and_its_runs_events_for_the_same_pause_are_both_answered
     assert _status(answers["ingest"])[0] == 200, answers["ingest"]
     assert _status(answers["post"])[0] in (200, 201), answers["post"]
     assert dict(Ask.objects.values_list("tool_call_id", "status")) == {"c0": "decided", "c1": "open"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_consumer_scope_pause_locks_the_run_it_pauses_in_order_with_the_batchs_own(
+    agent_client: ApiClient,
+) -> None:
+    # Ingestion locks a batch's runs in sorted order. A 9.62.0 pause under runId 'consumer-scope'
+    # pauses the run it traces to: that run is locked with the batch's own, in the same order
+    # (locked last, batch a ('consumer-scope', run-z) held run-z and waited for run-p while batch b
+    # (run-p, run-z) held run-p and waited for run-z: a deadlock).
+    call = {"toolCallId": "c1", "toolName": "refund"}
+    first = [_plain("run-p", 0, "agent.turn_start", {}), _plain("run-p", 1, "stream.tool_start", call)]
+    assert agent_client.ingest(first).status_code == 200
+    second = [
+        _plain(CONSUMER, 0, "composition.enter", {"kind": "Sequence"}),
+        _plain("run-z", 0, "agent.turn_start", {}),
+    ]
+    assert agent_client.ingest(second).status_code == 200
+    question = {"toolCallId": "c1", "toolName": "refund", "question": "Refund 40 EUR?"}
+    batch_a = [_plain(CONSUMER, 1, "pause.request", {"reason": "askHuman", "questionPayload": question}),
+               _plain("run-z", 1, "agent.turn_end", {"turnIndex": 0, "iterationCount": 1})]  # fmt: skip
+    batch_b = [_plain("run-p", 2, "agent.iteration_start", {"iterIndex": 1}),
+               _plain("run-z", 2, "agent.turn_start", {})]  # fmt: skip
+    secret = secret_of(agent_client)
+    answers: dict[str, Any] = {}
+
+    consumer_pk = Run.objects.get(run_id=CONSUMER).pk
+    with transaction.atomic():
+        # Holds batch a after its run locks (its event row for consumer-scope seq 1 waits on this one).
+        with connection.cursor() as cur:
+            cur.execute(
+                "INSERT INTO ledger_runevent (run_id, seq, position, type, body, doc, prev_hash, hash)"
+                " VALUES (%s, 1, 1, 'blocker', '{}', '{}', %s, %s)",
+                [consumer_pk, bytes(32), bytes(32)],
+            )
+        a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
+        _waiting_on_locks(1)  # a holds consumer-scope's and run-z's locks
+        b = _in_thread(answers, "b", lambda: ApiClient(secret).ingest(batch_b))
+        _waiting_on_locks(2)  # b holds run-p's and waits for run-z's
+        transaction.set_rollback(True)
+    a.join(30)
+    b.join(30)
+
+    statuses = {name: getattr(answer, "status_code", repr(answer)) for name, answer in answers.items()}
+    assert statuses == {"a": 200, "b": 200}, {n: getattr(r, "content", r) for n, r in answers.items()}
+    assert Run.objects.get(run_id="run-p").status == Run.Status.PAUSED

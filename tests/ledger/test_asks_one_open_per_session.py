@@ -288,15 +288,15 @@ def test_two_asks_opened_at_once_in_one_session_leave_one_open(project: Project)
 
 
 def test_re_posting_an_event_opened_ask_with_its_session_records_it_and_supersedes(agent_client: ApiClient) -> None:
-    # The observer's pause event (no sessionId, a run without one) opens run-b's ask first; the
-    # agent's own POST then names the session.
-    earlier = open_ask(agent_client, _in_session("run-1796043009968-3"))
+    # The observer's pause event (no sessionId, a run without one) opens run-b's ask after the
+    # session's earlier one; the agent's own POST then names the session.
+    assert agent_client.ingest([_pause_event("run-a", "q0", SESSION)]).status_code == 200
     assert agent_client.ingest([_pause_event("run-b", "q1", None)]).status_code == 200
 
     again = open_ask(agent_client, {**plain_body(tool_call_id="q1", run_id="run-b"), "sessionId": SESSION}, status=200)
 
     assert again.get("sessionId") == SESSION, again
-    assert Ask.objects.get(pk=earlier["id"]).status == Ask.Status.SUPERSEDED
+    assert Ask.objects.get(run_id="run-a").status == Ask.Status.SUPERSEDED
 
 
 def test_an_ask_posted_without_a_session_takes_its_runs_session(agent_client: ApiClient) -> None:
@@ -374,3 +374,47 @@ def test_a_pause_posted_after_another_ask_arrived_supersedes_it(agent_client: Ap
 
     assert _open_in(SESSION) == [later["id"]]
     assert Ask.objects.get(run_id="run-a").paused_at_ms == T0
+
+
+def test_a_posted_ask_whose_pause_turns_out_earlier_gives_the_session_back_its_latest_ask(
+    agent_client: ApiClient,
+) -> None:
+    # run-a paused at c1 (t0); its POST of c1 failed (a 503, say) and is retried. Meanwhile c1 was
+    # answered in the host, which resumed as run-b, paused at c2 (t0 + 3 s), and run-b's events
+    # arrived. The retried POST is later by arrival, so it supersedes c2's ask; then run-a's own
+    # pause event says c1 paused first: c1's ask is superseded by c2's, which is open again.
+    assert agent_client.ingest([_pause_event("run-b", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+    open_ask(agent_client, plain_body(tool_call_id="c1", run_id="run-a") | {"sessionId": SESSION})
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=T0)]).status_code == 200
+
+    assert dict(Ask.objects.filter(session_id=SESSION).values_list("run_id", "status")) == {
+        "run-a": Ask.Status.SUPERSEDED,
+        "run-b": Ask.Status.OPEN,
+    }
+
+
+def test_superseded_by_names_the_sessions_live_ask_not_another_superseded_one(agent_client: ApiClient) -> None:
+    # x is POSTed (its events wait in the observer's buffer); the pause events of y (t0 + 3 s) and z
+    # (t0 + 2 s) arrive: z is superseded by y; x waits for its own event, which then says x paused
+    # first (t0). x is superseded: its supersededBy is the ask to follow, the session's live one (y).
+    x = open_ask(agent_client, plain_body(tool_call_id="c0", run_id="run-x") | {"sessionId": SESSION})
+    assert agent_client.ingest([_pause_event("run-y", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+    assert agent_client.ingest([_pause_event("run-z", "c1", SESSION, wall=T0 + 2000)]).status_code == 200
+    assert agent_client.ingest([_pause_event("run-x", "c0", SESSION, wall=T0)]).status_code == 200
+    y, z = Ask.objects.get(run_id="run-y"), Ask.objects.get(run_id="run-z")
+    assert (y.status, z.status, z.superseded_by_id) == (Ask.Status.OPEN, Ask.Status.SUPERSEDED, y.pk)
+
+    body = refused(agent_client.get(f"{ASKS}/{x['id']}/decision"), 409, "ERR_ASK_SUPERSEDED")
+    assert body["supersededBy"] == y.pk
+
+
+def test_a_pause_event_without_a_clock_is_ordered_by_arrival(agent_client: ApiClient) -> None:
+    # meta.wallClockMs is optional (ledger.schemas): the first pause of the session has none, the
+    # session then pauses again with one. No clock will ever order the two: arrival does.
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=None)]).status_code == 200
+    assert agent_client.ingest([_pause_event("run-b", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+
+    assert dict(Ask.objects.filter(session_id=SESSION).values_list("run_id", "status")) == {
+        "run-a": Ask.Status.SUPERSEDED,
+        "run-b": Ask.Status.OPEN,
+    }
