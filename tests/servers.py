@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from django.db import connection
 
@@ -71,7 +72,8 @@ class Gunicorn:
                 pytest.fail(f"gunicorn exited with {self.process.returncode}:\n{self.log.read_text(errors='replace')}")
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=5) as answer:  # noqa: S310
-                    if answer.status == 200:
+                    # The first worker answers while the others may still be forking (seen under load).
+                    if answer.status == 200 and len(psutil.Process(self.process.pid).children()) >= self.workers:
                         return
             except (urllib.error.URLError, OSError):
                 pass

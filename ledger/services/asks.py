@@ -227,9 +227,12 @@ def ask_open(
     if session_id and ask.session_id is None:  # opened from events that did not name it
         ask.session_id = session_id
         updated += ["session_id"]
+    if ask.opened_from_event:  # the agent's POST, made the moment it paused, orders it by arrival
+        ask.opened_from_event = False
+        updated += ["opened_from_event"]
     if updated:
         ask.save(update_fields=updated)
-    if "session_id" in updated:
+    if "session_id" in updated or "opened_from_event" in updated:
         _supersede_in_session(ask)
     return ask, False
 
@@ -252,8 +255,7 @@ def _supersede_in_session(ask: Ask) -> None:
             "pk", "status", "paused_at_ms", "opened_from_event", "pause_reported"
         )
     ]
-    # Clocks and arrivals can disagree round in a circle; then the last to arrive leads.
-    latest = _latest(session) or [max(session, key=lambda pause: pause.pk)]
+    latest = _latest(session) or [_last_arrived_not_earlier_by_clock(session)]
     live = max(latest, key=lambda pause: pause.pk)
     undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
     reopen = [pause.pk for pause in latest if pause.status == Ask.Status.SUPERSEDED]
@@ -269,7 +271,9 @@ def _supersede_in_session(ask: Ask) -> None:
         )
         for ask_id in stale:
             _wake_waiters(ask_id)
-    if len(latest) == 1:  # every superseded ask names the one to follow
+    # Each superseded ask names the ask that closed it; after a reopen, the ones that named an ask
+    # now closed again name the live one (a reopen is rare: no rewrite of them on every pause).
+    if reopen and len(latest) == 1:
         Ask.objects.filter(project_id=ask.project_id, session_id=ask.session_id, status=Ask.Status.SUPERSEDED).exclude(
             superseded_by=live.pk
         ).update(superseded_by=live.pk)
@@ -310,6 +314,20 @@ def _latest(session: list[_Pause]) -> list[_Pause]:
     if clocked:
         candidates.add(max(clocked, key=lambda pause: (pause.paused_at_ms, pause.pk)))
     return [pause for pause in candidates if not any(_later(other, pause) for other in session)]
+
+
+def _last_arrived_not_earlier_by_clock(session: list[_Pause]) -> _Pause:
+    """When clocks and arrivals go round in a circle (every ask followed by another): the last to
+    arrive of the asks that no clocked ask follows by the clock."""
+    last_clocked = max(
+        (pause for pause in session if pause.paused_at_ms is not None),
+        key=lambda pause: (pause.paused_at_ms, pause.pk),
+        default=None,
+    )
+    return max(
+        (pause for pause in session if pause.paused_at_ms is None or pause is last_clocked),
+        key=lambda pause: pause.pk,
+    )
 
 
 def _lock_sessions(project_id: int) -> None:
@@ -395,10 +413,13 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
             continue
         run_id = _run_of_pause(project, event, pause_data["toolCallId"])
         if run_id != event.run_id:  # 9.62.0's `consumer-scope` pause: the run it traced to is paused
-            # Ingestion locked that run with its own (runs_traced_from_consumer_scope).
-            Run.objects.filter(project=project, run_id=run_id, status=Run.Status.RUNNING).update(
-                status=Run.Status.PAUSED, status_seq=F("max_seq")
-            )
+            # Ingestion locked the run it traced with its own (runs_traced_from_consumer_scope). A
+            # call another batch committed since may trace elsewhere, to a run that batch holds:
+            # waiting for it could deadlock, so that run's status is left to its own events.
+            traced = Run.objects.filter(project=project, run_id=run_id, status=Run.Status.RUNNING)
+            Run.objects.filter(
+                pk__in=list(traced.select_for_update(skip_locked=True).values_list("pk", flat=True))
+            ).update(status=Run.Status.PAUSED, status_seq=F("max_seq"))
         reported.append((short, pause_data, event, run_id))
     if not reported:
         return

@@ -151,7 +151,8 @@ export async function openAsk(server, runId, pauseOutcome, { sessionId, deadline
  * request is held open by the server for up to 55 s (a long poll, not a tight loop). Rejects with
  * error.timedOut after timeoutMs; the run simply stays paused and its checkpoint stays good.
  * Rejects with the server's 409 (error.detail.code 'ERR_ASK_SUPERSEDED', error.detail.supersededBy)
- * once the ask's session paused again: that ask will never be decided.
+ * once the ask's session paused again: no run waits on that ask (it opens again only if a late
+ * pause event shows it was the session's latest after all).
  */
 export async function waitForDecision(server, askId, { timeoutMs = Infinity } = {}) {
   const deadline = Date.now() + timeoutMs;

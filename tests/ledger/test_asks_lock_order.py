@@ -177,3 +177,53 @@ def test_a_consumer_scope_pause_locks_the_run_it_pauses_in_order_with_the_batchs
     statuses = {name: getattr(answer, "status_code", repr(answer)) for name, answer in answers.items()}
     assert statuses == {"a": 200, "b": 200}, {n: getattr(r, "content", r) for n, r in answers.items()}
     assert Run.objects.get(run_id="run-p").status == Run.Status.PAUSED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_consumer_scope_pause_traced_to_a_call_committed_meanwhile_deadlocks_nothing(project: Project) -> None:
+    # events_ingest traces a consumer-scope pause to its run (runs_traced_from_consumer_scope)
+    # before it takes any lock, and asks_from_events traces it again, after the locks, and
+    # writes that run. Batch a (consumer-scope's pause of c1, run-zz) traces to nothing: no
+    # unfinished c1 yet, so it locks consumer-scope and run-zz. While it waits, run-q's tool_start
+    # of c1 commits, and batch b (run-q, run-zz) locks run-q and waits for run-zz. Batch a then
+    # traces c1 to run-q: waiting for run-q, held by b, which waits for run-zz, held by a, would be
+    # a deadlock; run-q, locked elsewhere, is left to its own events (SKIP LOCKED).
+    secret = agent_key_create(project=project, scopes=["ingest"])[1]
+    setup = [
+        _plain(CONSUMER, 0, "composition.enter", {"kind": "Sequence"}),
+        _plain("run-zz", 0, "agent.turn_start", {}),
+    ]
+    assert ApiClient(secret).ingest(setup).status_code == 200
+    question = {"toolCallId": "c1", "toolName": "refund", "question": "Refund 40 EUR?"}
+    batch_a = [
+        _plain(CONSUMER, 1, "pause.request", {"reason": "askHuman", "questionPayload": question}),
+        _plain("run-zz", 1, "agent.iteration_start", {"iterIndex": 0}),
+    ]
+    run_q = [
+        _plain("run-q", 0, "agent.turn_start", {}),
+        _plain("run-q", 1, "stream.tool_start", {"toolCallId": "c1", "toolName": "refund"}),
+    ]
+    batch_b = [_plain("run-q", 2, "agent.iteration_start", {"iterIndex": 1}), _plain("run-zz", 2, "agent.turn_end", {})]
+    answers: dict[str, Any] = {}
+
+    consumer_pk = Run.objects.get(run_id=CONSUMER).pk
+    with transaction.atomic():
+        # Holds batch a after its run locks (its event row for consumer-scope seq 1 waits on this one).
+        with connection.cursor() as cur:
+            cur.execute(
+                "INSERT INTO ledger_runevent (run_id, seq, position, type, body, doc, prev_hash, hash)"
+                " VALUES (%s, 1, 1, 'blocker', '{}', '{}', %s, %s)",
+                [consumer_pk, bytes(32), bytes(32)],
+            )
+        a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
+        _waiting_on_locks(1)  # a holds consumer-scope's and run-zz's locks
+        q = _in_thread(answers, "q", lambda: ApiClient(secret).ingest(run_q))
+        q.join(30)
+        b = _in_thread(answers, "b", lambda: ApiClient(secret).ingest(batch_b))
+        _waiting_on_locks(2)  # b holds run-q's and waits for run-zz's
+        transaction.set_rollback(True)
+    a.join(30)
+    b.join(30)
+
+    statuses = {name: getattr(answer, "status_code", repr(answer)) for name, answer in answers.items()}
+    assert statuses == {"a": 200, "q": 200, "b": 200}, {n: getattr(r, "content", r) for n, r in answers.items()}

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.test import Client
 
 from ledger.models import Ask, Project, Run, RunEvent
@@ -418,3 +418,66 @@ def test_a_pause_event_without_a_clock_is_ordered_by_arrival(agent_client: ApiCl
         "run-a": Ask.Status.SUPERSEDED,
         "run-b": Ask.Status.OPEN,
     }
+
+
+def test_an_event_opened_ask_whose_own_post_comes_after_a_posted_ask_supersedes_that_ask(
+    agent_client: ApiClient,
+) -> None:
+    # x is POSTed at its pause (its events still in the observer's buffer). The session pauses
+    # again at y: y's pause event happens to arrive before y's POST, then y's POST arrives. Both
+    # POSTs were made the moment their run paused (the premise `_later` orders POSTs by), so y
+    # paused after x: y's own POST orders the two exactly as if it had come before y's event.
+    x = open_ask(agent_client, plain_body(tool_call_id="c1", run_id="run-x") | {"sessionId": SESSION})
+    assert agent_client.ingest([_pause_event("run-y", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+    y = open_ask(agent_client, plain_body(tool_call_id="c2", run_id="run-y") | {"sessionId": SESSION}, status=200)
+
+    assert _open_in(SESSION) == [y["id"]]
+    assert y["status"] == "open"
+    assert Ask.objects.get(pk=x["id"]).superseded_by_id == y["id"]
+
+
+def test_a_late_pause_that_is_earlier_by_the_clock_does_not_take_over_the_session(agent_client: ApiClient) -> None:
+    # c2 paused at t0 + 3 s (its event arrives first), then c3's pause event arrives with no clock
+    # (meta.wallClockMs is optional): c3 is the live ask, by arrival. Last, run-a's buffered pause
+    # c1 arrives, at t0 by the agent's clock: earlier than c2, which arrived before c3. Clock and
+    # arrivals go round in a circle (c2 after c1 by the clock, c3 after c2 and c1 after c3 by
+    # arrival): the last to arrive of the asks no clock puts earlier (c3) keeps the session, not
+    # c1, which the agent's own clock proves is not the latest.
+    assert agent_client.ingest([_pause_event("run-b", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+    assert agent_client.ingest([_pause_event("run-c", "c3", SESSION, wall=None)]).status_code == 200
+    live = Ask.objects.get(run_id="run-c")
+    assert _open_in(SESSION) == [live.pk]
+
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=T0)]).status_code == 200
+
+    late = Ask.objects.get(run_id="run-a")
+    assert late.status == Ask.Status.SUPERSEDED
+    assert _open_in(SESSION) == [live.pk]
+
+
+def _xmins(session: str) -> dict[int, str]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, xmin::text FROM ledger_ask WHERE session_id = %s", [session])
+        return dict(cur.fetchall())
+
+
+def test_a_pause_rewrites_only_the_ask_it_closes_not_every_superseded_ask_of_the_session(project: Project) -> None:
+    # Superseding runs on every pause: it writes the ask it closes, not every earlier ask of a long
+    # chat (re-pointing them all at the new live ask was O(n) writes per pause, O(n^2) per chat).
+    for index in range(300):
+        service_ask_open(
+            project=project, key=None, run_id=f"run-{index}", session_id=SESSION,
+            pause_data={"toolCallId": "c1", "toolName": "ask_user", "question": "Region?"},
+            checkpoint=None, deadline=None, on_timeout="decline",
+        )  # fmt: skip
+    before = _xmins(SESSION)
+
+    service_ask_open(
+        project=project, key=None, run_id="run-next", session_id=SESSION,
+        pause_data={"toolCallId": "c1", "toolName": "ask_user", "question": "Region?"},
+        checkpoint=None, deadline=None, on_timeout="decline",
+    )  # fmt: skip
+
+    after = _xmins(SESSION)
+    rewritten = [pk for pk, xmin in before.items() if after[pk] != xmin]
+    assert len(rewritten) <= 1, f"one pause rewrote {len(rewritten)} earlier asks of the session"

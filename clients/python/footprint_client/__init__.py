@@ -358,7 +358,8 @@ class Client:
         ``timeout`` (seconds) it gives up with ``TimeoutError`` once that much time has passed;
         ``timeout=0`` checks once without waiting. Raises ``FootprintError`` (409,
         ``ERR_ASK_SUPERSEDED``, ``body["supersededBy"]``) once the ask's session paused again:
-        that ask will never be decided.
+        no run waits on that ask (it opens again only if a late pause event shows it was the
+        session's latest after all).
         """
         give_up = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
