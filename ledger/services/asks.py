@@ -366,6 +366,9 @@ def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
     return call.run.run_id if call else event.run_id
 
 
+PAUSE_TYPES = frozenset({"pause.request", "checkin.request"})
+
+
 def _pause_data_of(event: Event) -> dict[str, Any] | None:
     """The paused outcome's pauseData a `pause.request` / `checkin.request` event reports, when it
     names a tool call id the server can keep (the event itself is kept, verbatim, either way)."""
@@ -392,9 +395,6 @@ def runs_traced_from_consumer_scope(*, project: Project, events: list[Event]) ->
             if pause_data is not None:
                 traced.add(_run_of_pause(project, event, pause_data["toolCallId"]))
     return traced - {CONSUMER_SCOPE}
-
-
-PAUSE_TYPES = frozenset({"pause.request", "checkin.request"})
 
 
 def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | None) -> None:
