@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         ("ledger", "0016_ask_superseded"),
     ]
 
-    # Backward there is nothing to undo here: 0016's reverse reopens every superseded ask.
+    # Backward the data steps have nothing to undo: 0016's reverse reopens every superseded ask.
     operations = [
         migrations.AddField(model_name="ask", name="paused_at_ms", field=models.BigIntegerField(blank=True, null=True)),
         migrations.AddField(
