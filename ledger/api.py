@@ -197,6 +197,11 @@ ASK_SCHEMA: dict[str, Any] = {
         "checkpoint": {"description": "the paused outcome's checkpoint, stored verbatim, returned only to this key"},
         "deadline": {"type": "string", "format": "date-time"},
         "onTimeout": {"enum": ["decline", "approve"]},
+        "pausedAtMs": {
+            "type": "integer",
+            "description": "when the run paused, Unix ms by the agent's clock (its events' meta.wallClockMs):"
+            " orders the session's asks before the pause event arrives",
+        },
     },
 }
 ASK_KEYS = frozenset(ASK_SCHEMA["properties"]) | {"paused"}
@@ -263,11 +268,12 @@ def open_ask(request: HttpRequest) -> HttpResponse:
         project=project_of(request),
         key=agent_key_of(request),
         run_id=document["runId"],
-        session_id=document.get("sessionId") if isinstance(document.get("sessionId"), str) else None,
+        session_id=document.get("sessionId"),
         pause_data=document.get("pauseData"),
         checkpoint=orjson.dumps(checkpoint) if checkpoint is not None else None,
         deadline=_parse_deadline(document.get("deadline")),
         on_timeout=document.get("onTimeout", "decline"),
+        paused_at_ms=document.get("pausedAtMs"),
     )
     return json_response({"ask": ask_as_json(ask)}, status=201 if created else 200)
 

@@ -178,12 +178,15 @@ def ask_open(
     checkpoint: bytes | None,
     deadline: datetime | None,
     on_timeout: str,
+    paused_at_ms: Any = None,
 ) -> tuple[Ask, bool]:
     """Open the ask of a paused tool call, or return the one already open for it (idempotent).
 
     A re-post carrying a checkpoint the first post lacked (an ask opened from events) stores it
     and binds it to this key, the only caller it is ever returned to; one carrying a deadline the
     ask lacks sets it, with its onTimeout. Every key that posts it is barred from deciding it.
+    `paused_at_ms`, the agent's clock at the pause, orders the session's asks as a pause event's
+    `meta.wallClockMs` does (`_supersede_in_session`).
     """
     data = _check_pause_data(pause_data)
     nul_at = _path_of_nul(data, "pauseData")
@@ -194,6 +197,11 @@ def ask_open(
     _check_id("sessionId", session_id, required=False)
     if on_timeout not in Ask.OnTimeout.values:
         raise AskInvalid("onTimeout must be 'decline' or 'approve'.")
+    if paused_at_ms is not None:
+        clock = wall_clock_ms_of(paused_at_ms)
+        if clock is None:
+            raise AskInvalid("pausedAtMs must be a Unix time in milliseconds, by the clock of the run's events.")
+        paused_at_ms = clock
     if session_id is None:  # a run's events may have named its session before the agent's POST
         session_id = Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
     if session_id is not None:
@@ -206,6 +214,7 @@ def ask_open(
         "reporting_key_ids": [] if key is None else [key.pk],
         "deadline": deadline,
         "on_timeout": on_timeout,
+        "paused_at_ms": paused_at_ms,
     }
     try:
         with transaction.atomic():
@@ -230,9 +239,12 @@ def ask_open(
     if ask.opened_from_event:  # the agent's POST, made the moment it paused, orders it by arrival
         ask.opened_from_event = False
         updated += ["opened_from_event"]
+    if paused_at_ms is not None and ask.paused_at_ms is None:
+        ask.paused_at_ms = paused_at_ms
+        updated += ["paused_at_ms"]
     if updated:
         ask.save(update_fields=updated)
-    if "session_id" in updated or "opened_from_event" in updated:
+    if {"session_id", "opened_from_event", "paused_at_ms"} & set(updated):
         _supersede_in_session(ask)
     return ask, False
 
@@ -466,7 +478,8 @@ def _open_reported(
         updates["session_id"] = existing.session_id = session_id
     if not existing.pause_reported:  # the POSTed ask's own pause event: now the two can be ordered
         updates["pause_reported"] = existing.pause_reported = True
-        updates["paused_at_ms"] = existing.paused_at_ms = paused_at_ms
+        if paused_at_ms is not None:  # the event's clock over the POST's pausedAtMs, if any
+            updates["paused_at_ms"] = existing.paused_at_ms = paused_at_ms
     if updates:
         Ask.objects.filter(pk=existing.pk).update(**updates)
     if "session_id" in updates or "pause_reported" in updates:

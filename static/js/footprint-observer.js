@@ -137,11 +137,15 @@ export function attachFootprintObserver(agent, {
   };
 }
 
-/** Opens the ledger ask for a paused outcome of agent.run()/resume(); answers the ask {id, status, …}. */
-export async function openAsk(server, runId, pauseOutcome, { sessionId, deadline, onTimeout } = {}) {
+/**
+ * Opens the ledger ask for a paused outcome of agent.run()/resume(); answers the ask {id, status, …}.
+ * Call it as the run pauses: pausedAtMs (default now, the clock of the run's events) orders the
+ * session's asks, and a retry resends the same body.
+ */
+export async function openAsk(server, runId, pauseOutcome, { sessionId, deadline, onTimeout, pausedAtMs = Date.now() } = {}) {
   // Only the keys the server knows: it refuses unknown fields, and the outcome may grow new ones.
   const { pauseData, checkpoint, ask, checkIn } = pauseOutcome ?? {};
-  const body = JSON.stringify({ runId, pauseData, checkpoint, ask, checkIn, sessionId, deadline, onTimeout });
+  const body = JSON.stringify({ runId, pauseData, checkpoint, ask, checkIn, sessionId, deadline, onTimeout, pausedAtMs });
   const answer = await call(server, '/api/v1/asks', { method: 'POST', body });   // idempotent per tool call
   return answer.ask;
 }

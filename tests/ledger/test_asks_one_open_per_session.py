@@ -481,3 +481,31 @@ def test_a_pause_rewrites_only_the_ask_it_closes_not_every_superseded_ask_of_the
     after = _xmins(SESSION)
     rewritten = [pk for pk, xmin in before.items() if after[pk] != xmin]
     assert len(rewritten) <= 1, f"one pause rewrote {len(rewritten)} earlier asks of the session"
+
+
+def test_a_posted_ask_carrying_its_pause_time_is_ordered_by_the_clock_at_once(agent_client: ApiClient) -> None:
+    # The clients send pausedAtMs (the agent's clock at the pause): a retried POST of an earlier
+    # pause that arrives after the session's later pause event supersedes nothing, even for a moment.
+    assert agent_client.ingest([_pause_event("run-b", "c2", SESSION, wall=T0 + 3000)]).status_code == 200
+    live = Ask.objects.get(run_id="run-b")
+
+    late = open_ask(
+        agent_client, plain_body(tool_call_id="c1", run_id="run-a") | {"sessionId": SESSION, "pausedAtMs": T0}
+    )
+
+    assert (late["status"], late["supersededBy"]) == ("superseded", live.pk)
+    assert _open_in(SESSION) == [live.pk]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("pausedAtMs", "a moment ago"), ("pausedAtMs", -1), ("pausedAtMs", True), ("sessionId", 41), ("sessionId", "")],
+)
+def test_a_pause_time_or_session_that_is_not_one_is_refused_and_nothing_is_written(
+    agent_client: ApiClient, field: str, value: Any
+) -> None:
+    answer = agent_client.post_json(ASKS, plain_body(tool_call_id="c1", run_id="run-a") | {field: value})
+
+    body = refused(answer, 422, "ERR_INVALID_ASK")
+    assert field in body["error"], body
+    assert not Ask.objects.exists()

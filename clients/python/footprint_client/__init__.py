@@ -324,14 +324,23 @@ class Client:
         deadline: datetime | str | None = None,
         on_timeout: Literal["decline", "approve"] = "decline",
         session_id: str | None = None,
+        paused_at_ms: int | None = None,
     ) -> JsonObject:
         """Open the ask of a paused tool call and return it (``{"id", "status", …}``).
 
         Safe to repeat: a second post for the same ``(run_id, pause_data["toolCallId"])`` answers
         with the ask already open. The checkpoint is stored verbatim and given back only to this
         key; ``deadline`` must carry a time zone (``on_timeout`` applies once it passes).
+        ``paused_at_ms`` (default: now, in Unix milliseconds; call this as the run pauses) orders
+        the session's asks by the clock of the run's events.
         """
-        document: JsonObject = {"runId": run_id, "pauseData": dict(pause_data), "onTimeout": on_timeout}
+        paused_at = int(time.time() * 1000) if paused_at_ms is None else paused_at_ms
+        document: JsonObject = {
+            "runId": run_id,
+            "pauseData": dict(pause_data),
+            "onTimeout": on_timeout,
+            "pausedAtMs": paused_at,
+        }
         if checkpoint is not None:
             document["checkpoint"] = checkpoint
         if deadline is not None:
