@@ -40,6 +40,9 @@ from ledger.services.ingest import CONSUMER_SCOPE, run_append_server_event, run_
 NOTIFY_CHANNEL = "ask_decided"
 DECISION_EVENT = "ledger.human_decision"
 MAX_NOTE_LENGTH = 2000
+# How far ahead of the server's clock an agent's pause time may be and still order its session's
+# asks: one garbage clock in the future would otherwise stay the session's latest for ever.
+MAX_CLOCK_AHEAD_MS = 5 * 60 * 1000
 # The page's answer box holds as much; the value travels in the chain, the webhook and the pages.
 MAX_VALUE_CHARS = 100_000
 DECISION_VALUE_KEYS = frozenset({"kind", "value", "from", "coverage"})
@@ -201,6 +204,12 @@ def ask_open(
         clock = wall_clock_ms_of(paused_at_ms)
         if clock is None:
             raise AskInvalid("pausedAtMs must be a Unix time in milliseconds, by the clock of the run's events.")
+        ahead = clock - _now_ms()
+        if ahead > MAX_CLOCK_AHEAD_MS:
+            raise AskInvalid(
+                f"pausedAtMs is {ahead // 1000:,} s ahead of the server's clock: send the moment the run "
+                f"paused (at most {MAX_CLOCK_AHEAD_MS // 60_000} minutes ahead, for clock skew)."
+            )
         paused_at_ms = clock
     if session_id is None:  # a run's events may have named its session before the agent's POST
         session_id = Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
@@ -342,6 +351,10 @@ def _last_arrived_not_earlier_by_clock(session: list[_Pause]) -> _Pause:
     )
 
 
+def _now_ms() -> int:
+    return int(timezone.now().timestamp() * 1000)
+
+
 def _lock_sessions(project_id: int) -> None:
     """The lock on the project's sessions, for the rest of the transaction, taken before any ask
     row is touched (here, in `ask_open` before its insert, in `asks_from_events` before its first
@@ -450,6 +463,8 @@ def _open_reported(
         Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
     )
     paused_at_ms = wall_clock_ms_of(meta.get("wallClockMs"))
+    if paused_at_ms is not None and paused_at_ms - _now_ms() > MAX_CLOCK_AHEAD_MS:
+        paused_at_ms = None  # the event is kept as sent; a clock this far ahead orders nothing
     existing = Ask.objects.filter(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"]).first()
     if existing is None:
         try:

@@ -509,3 +509,26 @@ def test_a_pause_time_or_session_that_is_not_one_is_refused_and_nothing_is_writt
     body = refused(answer, 422, "ERR_INVALID_ASK")
     assert field in body["error"], body
     assert not Ask.objects.exists()
+
+
+def test_a_pause_time_far_ahead_of_the_servers_clock_orders_nothing(agent_client: ApiClient) -> None:
+    # One agent's clock years ahead would keep its ask the session's latest for ever, superseding
+    # every real pause the moment it opens. A POST is told; a pause event is kept as sent, and
+    # its clock ignored: it is ordered by arrival.
+    far = int(time.time() * 1000) + 10 * 365 * 24 * 3600 * 1000
+    body = refused(
+        agent_client.post_json(ASKS, plain_body(tool_call_id="c0", run_id="run-x") | {"pausedAtMs": far}),
+        422,
+        "ERR_INVALID_ASK",
+    )
+    assert "ahead of the server's clock" in body["error"]
+
+    assert agent_client.ingest([_pause_event("run-a", "c1", SESSION, wall=far)]).status_code == 200
+    now = int(time.time() * 1000)
+    later = open_ask(
+        agent_client, plain_body(tool_call_id="c2", run_id="run-b") | {"sessionId": SESSION, "pausedAtMs": now}
+    )
+
+    assert later["status"] == "open"
+    assert Ask.objects.get(run_id="run-a").status == Ask.Status.SUPERSEDED
+    assert Ask.objects.get(run_id="run-a").paused_at_ms is None
