@@ -41,7 +41,7 @@ NOTIFY_CHANNEL = "ask_decided"
 DECISION_EVENT = "ledger.human_decision"
 MAX_NOTE_LENGTH = 2000
 # How far ahead of the server's clock an agent's pause time may be and still order its session's
-# asks: one garbage clock in the future would otherwise stay the session's latest for ever.
+# asks: one clock far in the future would otherwise keep its ask the session's latest for ever.
 MAX_CLOCK_AHEAD_MS = 5 * 60 * 1000
 # The page's answer box holds as much; the value travels in the chain, the webhook and the pages.
 MAX_VALUE_CHARS = 100_000
@@ -204,17 +204,13 @@ def ask_open(
         clock = wall_clock_ms_of(paused_at_ms)
         if clock is None:
             raise AskInvalid("pausedAtMs must be a Unix time in milliseconds, by the clock of the run's events.")
-        ahead = clock - _now_ms()
-        if ahead > MAX_CLOCK_AHEAD_MS:
-            raise AskInvalid(
-                f"pausedAtMs is {ahead // 1000:,} s ahead of the server's clock: send the moment the run "
-                f"paused (at most {MAX_CLOCK_AHEAD_MS // 60_000} minutes ahead, for clock skew)."
-            )
-        paused_at_ms = clock
+        # An agent whose clock runs fast still opens its ask; it is ordered by arrival.
+        paused_at_ms = clock if clock - _now_ms() <= MAX_CLOCK_AHEAD_MS else None
+    # Before the insert, and whether or not a session is known: an ask already opened from its
+    # events may be in one (a `consumer-scope` pause names it, its run does not).
+    _lock_sessions(project.pk)
     if session_id is None:  # a run's events may have named its session before the agent's POST
         session_id = Run.objects.filter(project=project, run_id=run_id).values_list("session_id", flat=True).first()
-    if session_id is not None:
-        _lock_sessions(project.pk)
     defaults = {
         **_fields_for_model(data),
         "session_id": session_id,

@@ -25,15 +25,19 @@ WALL = 1796040000000
 CONSUMER = "consumer-scope"
 
 
-def _event(run_id: str, seq: int, type_: str, payload: dict[str, Any], session: str | None, wall: int) -> dict:
-    meta: dict[str, Any] = {"runId": run_id, "wallClockMs": wall}
+def _event(
+    run_id: str, seq: int, type_: str, payload: dict[str, Any], session: str | None = None, wall: int | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"runId": run_id}
     if session is not None:
         meta["sessionId"] = session
+    if wall is not None:
+        meta["wallClockMs"] = wall
     return {"seq": seq, "type": "agentfootprint." + type_, "payload": payload, "meta": meta}
 
 
-def _pause(run_id: str, tool_call_id: str, session: str, wall: int, seq: int = 0) -> dict[str, Any]:
-    question = {"toolCallId": tool_call_id, "toolName": "ask_user", "question": "Region?"}
+def _pause(run_id: str, tool_call_id: str, session: str | None, wall: int | None, seq: int = 0) -> dict[str, Any]:
+    question = {"toolCallId": tool_call_id, "toolName": "refund", "question": "Refund 40 EUR?"}
     return _event(run_id, seq, "pause.request", {"reason": "askHuman", "questionPayload": question}, session, wall)
 
 
@@ -227,3 +231,40 @@ def test_a_consumer_scope_pause_traced_to_a_call_committed_meanwhile_deadlocks_n
 
     statuses = {name: getattr(answer, "status_code", repr(answer)) for name, answer in answers.items()}
     assert statuses == {"a": 200, "q": 200, "b": 200}, {n: getattr(r, "content", r) for n, r in answers.items()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agents_post_without_a_session_and_a_batch_superseding_its_ask_are_both_answered(project: Project) -> None:
+    # A 9.62.0 pause: run-x's events carry no sessionId, its pause comes under 'consumer-scope'
+    # naming the session. The ask (run-x, x1) is in SESSION; run-x has no session. The agent then
+    # POSTs that ask (no sessionId). ask_open takes the sessions lock before any ask row even so:
+    # it used to skip it without a known session, lock the ask's row, and only then ask for the
+    # sessions lock, while a batch holding that lock waited on the row (a deadlock: a 503).
+    secret = agent_key_create(project=project, scopes=["ingest", "asks"])[1]
+    client = ApiClient(secret)
+    wall = int(time.time() * 1000) - 60_000
+    call = {"toolCallId": "x1", "toolName": "refund"}
+    run_x = [_event("run-x", 0, "agent.turn_start", {}), _event("run-x", 1, "stream.tool_start", call)]
+    assert client.ingest(run_x).status_code == 200
+    assert client.ingest([_pause(CONSUMER, "x1", SESSION, wall)]).status_code == 200
+    x = Ask.objects.get(tool_call_id="x1")
+    assert (x.run_id, x.session_id, x.status) == ("run-x", SESSION, Ask.Status.OPEN)
+    assert Run.objects.get(run_id="run-x").session_id is None
+    assert client.ingest([_pause("run-a1", "z1", OTHER_SESSION, wall)]).status_code == 200
+    z = Ask.objects.get(run_id="run-a1")
+
+    # The batch's pauses are handled by run (sorted): run-a2's first, whose supersede of Z waits.
+    batch = [_pause("run-a2", "z2", OTHER_SESSION, wall + 10_000), _pause("run-y", "y1", SESSION, wall + 20_000)]
+    post = {"runId": "run-x", "pauseData": {**call, "question": "Refund 40 EUR?"}, "pausedAtMs": wall}
+    answers: dict[str, Any] = {}
+    with transaction.atomic():
+        Ask.objects.select_for_update().get(pk=z.pk)  # holds the batch after it took the sessions lock
+        batch_thread = _in_thread(answers, "batch", lambda: ApiClient(secret).ingest(batch))
+        _waiting_on_locks(1)
+        post_thread = _in_thread(answers, "post", lambda: ApiClient(secret).post_json("/api/v1/asks", post))
+        _waiting_on_locks(1, "advisory")  # the POST waits for the sessions lock, holding x's row
+    batch_thread.join(30)
+    post_thread.join(30)
+
+    statuses = {n: getattr(a, "status_code", repr(a)) for n, a in answers.items()}
+    assert statuses == {"batch": 200, "post": 200}, {n: getattr(a, "content", a) for n, a in answers.items()}
