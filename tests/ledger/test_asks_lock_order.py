@@ -77,6 +77,16 @@ def _plain(run_id: str, seq: int, type_: str, payload: dict[str, Any]) -> dict[s
     return {"seq": seq, "type": "agentfootprint." + type_, "payload": payload, "meta": {"runId": run_id}}
 
 
+def _hold_the_next_event_of(run_pk: int) -> None:
+    """Insert, uncommitted, the run's event at position 1: a batch writing it waits on this one."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO ledger_runevent (run_id, seq, position, type, body, doc, prev_hash, hash)"
+            " VALUES (%s, 1, 1, 'blocker', '{}', '{}', %s, %s)",
+            [run_pk, bytes(32), bytes(32)],
+        )
+
+
 def _status(response: Any) -> tuple[int, Any]:
     if isinstance(response, BaseException):
         return 0, repr(response)
@@ -163,13 +173,7 @@ def test_a_consumer_scope_pause_locks_the_run_it_pauses_in_order_with_the_batchs
 
     consumer_pk = Run.objects.get(run_id=CONSUMER).pk
     with transaction.atomic():
-        # Holds batch a after its run locks (its event row for consumer-scope seq 1 waits on this one).
-        with connection.cursor() as cur:
-            cur.execute(
-                "INSERT INTO ledger_runevent (run_id, seq, position, type, body, doc, prev_hash, hash)"
-                " VALUES (%s, 1, 1, 'blocker', '{}', '{}', %s, %s)",
-                [consumer_pk, bytes(32), bytes(32)],
-            )
+        _hold_the_next_event_of(consumer_pk)  # batch a waits on it, after its run locks
         a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
         _waiting_on_locks(1)  # a holds consumer-scope's and run-z's locks
         b = _in_thread(answers, "b", lambda: ApiClient(secret).ingest(batch_b))
@@ -212,13 +216,7 @@ def test_a_consumer_scope_pause_traced_to_a_call_committed_meanwhile_deadlocks_n
 
     consumer_pk = Run.objects.get(run_id=CONSUMER).pk
     with transaction.atomic():
-        # Holds batch a after its run locks (its event row for consumer-scope seq 1 waits on this one).
-        with connection.cursor() as cur:
-            cur.execute(
-                "INSERT INTO ledger_runevent (run_id, seq, position, type, body, doc, prev_hash, hash)"
-                " VALUES (%s, 1, 1, 'blocker', '{}', '{}', %s, %s)",
-                [consumer_pk, bytes(32), bytes(32)],
-            )
+        _hold_the_next_event_of(consumer_pk)  # batch a waits on it, after its run locks
         a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
         _waiting_on_locks(1)  # a holds consumer-scope's and run-zz's locks
         q = _in_thread(answers, "q", lambda: ApiClient(secret).ingest(run_q))
