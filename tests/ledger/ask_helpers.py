@@ -1,7 +1,13 @@
-"""What the asks tests post and how: the b fixture's paused outcome, and the API calls around it."""
+"""What the asks tests post and how: the b fixture's paused outcome, and the API calls around it;
+and for the tests of concurrent requests, a request in a thread and a wait for backends to queue."""
 
 import copy
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
+
+from django.db import connection, connections
 
 from ledger.models import AgentKey, Project
 from ledger.services import agent_key_create
@@ -51,3 +57,37 @@ def refused(response: Any, status: int, code: str) -> dict[str, Any]:
     assert isinstance(body["error"], str)
     assert body["error"]
     return body
+
+
+def in_thread(target: Callable[[], Any], out: dict[str, Any], name: str) -> threading.Thread:
+    """Run `target` in a thread of its own (its own connection); its result or exception lands in out[name]."""
+
+    def run() -> None:
+        try:
+            out[name] = target()
+        except BaseException as exc:  # reported by the test
+            out[name] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def waiting_on_locks(count: int, wait_event: str | None = None, deadline_s: float = 20) -> None:
+    """Until `count` other backends wait on a heavyweight lock (of `wait_event`, e.g. 'advisory', when given)."""
+    deadline = time.monotonic() + deadline_s
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND wait_event_type = 'Lock' AND (%s::text IS NULL OR wait_event = %s::text)"
+    )
+    with connection.cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute("SELECT pg_stat_clear_snapshot()")  # else a transaction sees the view as it first read it
+            cur.execute(query, [wait_event, wait_event])
+            (waiting,) = cur.fetchone()  # type: ignore[misc]
+            if waiting >= count:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"never saw {count} backend(s) waiting on a lock ({wait_event or 'any'})")

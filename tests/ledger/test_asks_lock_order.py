@@ -4,18 +4,17 @@ the same sessions at once queue behind each other instead of deadlocking (a dead
 one back: 503 ERR_TRANSACTION_CONFLICT to an agent that did nothing wrong). Each test holds rows
 locked to make one interleaving certain."""
 
-import threading
 import time
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from ledger.models import Ask, Project, Run
 from ledger.services import agent_key_create
 from ledger.services import ask_open as service_ask_open
 from tests.conftest import ApiClient
-from tests.ledger.ask_helpers import secret_of
+from tests.ledger.ask_helpers import in_thread, secret_of, waiting_on_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,38 +38,6 @@ def _event(
 def _pause(run_id: str, tool_call_id: str, session: str | None, wall: int | None, seq: int = 0) -> dict[str, Any]:
     question = {"toolCallId": tool_call_id, "toolName": "refund", "question": "Refund 40 EUR?"}
     return _event(run_id, seq, "pause.request", {"reason": "askHuman", "questionPayload": question}, session, wall)
-
-
-def _waiting_on_locks(count: int, wait_event: str | None = None, deadline_s: float = 20) -> None:
-    """Until `count` other backends wait on a heavyweight lock (of `wait_event` when given)."""
-    deadline = time.monotonic() + deadline_s
-    query = (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        " AND wait_event_type = 'Lock' AND (%s::text IS NULL OR wait_event = %s::text)"
-    )
-    with connection.cursor() as cur:
-        while time.monotonic() < deadline:
-            cur.execute("SELECT pg_stat_clear_snapshot()")
-            cur.execute(query, [wait_event, wait_event])
-            (waiting,) = cur.fetchone()
-            if waiting >= count:
-                return
-            time.sleep(0.01)
-    raise AssertionError(f"never saw {count} backend(s) waiting on a lock ({wait_event or 'any'})")
-
-
-def _in_thread(answers: dict[str, Any], name: str, call: Any) -> threading.Thread:
-    def run() -> None:
-        try:
-            answers[name] = call()
-        except BaseException as exc:
-            answers[name] = exc
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, name=name)
-    thread.start()
-    return thread
 
 
 def _plain(run_id: str, seq: int, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -106,10 +73,10 @@ def test_two_batches_pausing_two_sessions_in_opposite_orders_are_both_stored(pro
 
     with transaction.atomic():
         list(Ask.objects.select_for_update().filter(run_id__in=["run-e1", "run-e2"]))
-        a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
-        _waiting_on_locks(1)  # a holds the sessions' lock, waiting to supersede an earlier ask
-        b = _in_thread(answers, "b", lambda: ApiClient(secret).ingest(batch_b))
-        _waiting_on_locks(2)
+        a = in_thread(lambda: ApiClient(secret).ingest(batch_a), answers, "a")
+        waiting_on_locks(1)  # a holds the sessions' lock, waiting to supersede an earlier ask
+        b = in_thread(lambda: ApiClient(secret).ingest(batch_b), answers, "b")
+        waiting_on_locks(2)
     a.join(30)
     b.join(30)
 
@@ -135,10 +102,10 @@ def test_an_agents_post_and_its_runs_events_for_the_same_pause_are_both_answered
 
     with transaction.atomic():
         Ask.objects.select_for_update().get(pk=first.pk)
-        ingest = _in_thread(answers, "ingest", lambda: ApiClient(secret).ingest(resumed))
-        _waiting_on_locks(1)  # holds the sessions' lock, waits on the first ask's row
-        posted = _in_thread(answers, "post", lambda: ApiClient(secret).post_json("/api/v1/asks", post))
-        _waiting_on_locks(1, "advisory")  # the POST waits for the sessions' lock, before its insert
+        ingest = in_thread(lambda: ApiClient(secret).ingest(resumed), answers, "ingest")
+        waiting_on_locks(1)  # holds the sessions' lock, waits on the first ask's row
+        posted = in_thread(lambda: ApiClient(secret).post_json("/api/v1/asks", post), answers, "post")
+        waiting_on_locks(1, "advisory")  # the POST waits for the sessions' lock, before its insert
     ingest.join(30)
     posted.join(30)
 
@@ -174,10 +141,10 @@ def test_a_consumer_scope_pause_locks_the_run_it_pauses_in_order_with_the_batchs
     consumer_pk = Run.objects.get(run_id=CONSUMER).pk
     with transaction.atomic():
         _hold_the_next_event_of(consumer_pk)  # batch a waits on it, after its run locks
-        a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
-        _waiting_on_locks(1)  # a holds consumer-scope's and run-z's locks
-        b = _in_thread(answers, "b", lambda: ApiClient(secret).ingest(batch_b))
-        _waiting_on_locks(2)  # b holds run-p's and waits for run-z's
+        a = in_thread(lambda: ApiClient(secret).ingest(batch_a), answers, "a")
+        waiting_on_locks(1)  # a holds consumer-scope's and run-z's locks
+        b = in_thread(lambda: ApiClient(secret).ingest(batch_b), answers, "b")
+        waiting_on_locks(2)  # b holds run-p's and waits for run-z's
         transaction.set_rollback(True)
     a.join(30)
     b.join(30)
@@ -217,12 +184,12 @@ def test_a_consumer_scope_pause_traced_to_a_call_committed_meanwhile_deadlocks_n
     consumer_pk = Run.objects.get(run_id=CONSUMER).pk
     with transaction.atomic():
         _hold_the_next_event_of(consumer_pk)  # batch a waits on it, after its run locks
-        a = _in_thread(answers, "a", lambda: ApiClient(secret).ingest(batch_a))
-        _waiting_on_locks(1)  # a holds consumer-scope's and run-zz's locks
-        q = _in_thread(answers, "q", lambda: ApiClient(secret).ingest(run_q))
+        a = in_thread(lambda: ApiClient(secret).ingest(batch_a), answers, "a")
+        waiting_on_locks(1)  # a holds consumer-scope's and run-zz's locks
+        q = in_thread(lambda: ApiClient(secret).ingest(run_q), answers, "q")
         q.join(30)
-        b = _in_thread(answers, "b", lambda: ApiClient(secret).ingest(batch_b))
-        _waiting_on_locks(2)  # b holds run-q's and waits for run-zz's
+        b = in_thread(lambda: ApiClient(secret).ingest(batch_b), answers, "b")
+        waiting_on_locks(2)  # b holds run-q's and waits for run-zz's
         transaction.set_rollback(True)
     a.join(30)
     b.join(30)
@@ -257,10 +224,10 @@ def test_an_agents_post_without_a_session_and_a_batch_superseding_its_ask_are_bo
     answers: dict[str, Any] = {}
     with transaction.atomic():
         Ask.objects.select_for_update().get(pk=z.pk)  # holds the batch after it took the sessions lock
-        batch_thread = _in_thread(answers, "batch", lambda: ApiClient(secret).ingest(batch))
-        _waiting_on_locks(1)
-        post_thread = _in_thread(answers, "post", lambda: ApiClient(secret).post_json("/api/v1/asks", post))
-        _waiting_on_locks(1, "advisory")  # the POST waits for the sessions lock, holding x's row
+        batch_thread = in_thread(lambda: ApiClient(secret).ingest(batch), answers, "batch")
+        waiting_on_locks(1)
+        post_thread = in_thread(lambda: ApiClient(secret).post_json("/api/v1/asks", post), answers, "post")
+        waiting_on_locks(1, "advisory")  # the POST waits for the sessions lock, holding x's row
     batch_thread.join(30)
     post_thread.join(30)
 

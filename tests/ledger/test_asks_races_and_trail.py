@@ -5,19 +5,19 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
 from ledger.models import Ask, Membership, Project, RunEvent
 from ledger.services import agent_key_create, ask_open, asks_apply_deadlines
 from tests.conftest import ApiClient, load_fixture, person
+from tests.ledger.ask_helpers import in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -53,20 +53,6 @@ def _event(run_id: str, seq: int, type_: str, payload: dict[str, Any]) -> dict[s
         "payload": payload,
         "meta": {"runId": run_id, "wallClockMs": 1796040000000 + seq},
     }
-
-
-def _in_thread(target: Callable[[], Any], out: dict[str, Any], name: str) -> threading.Thread:
-    def run() -> None:
-        try:
-            out[name] = target()
-        except BaseException as exc:  # reported by the test
-            out[name] = exc
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, name=name)
-    thread.start()
-    return thread
 
 
 def _raw_connection() -> psycopg.Connection[Any]:
@@ -172,9 +158,9 @@ def test_decision_racing_a_reported_resume_never_fails(
     try:
         with holder.cursor() as cur:  # a third writer holds run-z for a moment, as any ingestion may
             cur.execute("SELECT id FROM ledger_run WHERE run_id = %s FOR UPDATE", [resumed])
-        ingest = _in_thread(lambda: ApiClient(secret).ingest(batch), out, "ingest")
+        ingest = in_thread(lambda: ApiClient(secret).ingest(batch), out, "ingest")
         _wait_until_blocked(watcher, 1)  # the ingestion holds run-a and waits for run-z
-        decide = _in_thread(decide_it, out, "decide")
+        decide = in_thread(decide_it, out, "decide")
         _wait_until_blocked(watcher, 2)  # the decision holds the ask and waits for run-a
         holder.commit()
         ingest.join(30)
@@ -206,7 +192,7 @@ def test_decision_long_poll_wakes_at_once_when_the_run_reports_the_decision(agen
         response = ApiClient(secret).get(f"{ASKS}/{ask_id}/decision?wait=12")
         return time.monotonic() - started, response.json()
 
-    waiter = _in_thread(wait, out, "waiter")
+    waiter = in_thread(wait, out, "waiter")
     time.sleep(0.5)
     reported = {"toolName": "transfer_funds", "toolCallId": "t3", "iteration": 1, "approved": True, "by": "alice@ops"}
     assert agent_client.ingest([_event("run-z", 0, "agentfootprint.checkin.decision", reported)]).status_code == 200
@@ -296,9 +282,9 @@ def test_ingested_pause_request_racing_the_agents_open_ask_is_stored_not_5xx(
 
     watcher = _raw_connection()
     try:
-        poster = _in_thread(open_ask, out, "open")
+        poster = in_thread(open_ask, out, "open")
         assert opened.wait(20)
-        ingest = _in_thread(lambda: ApiClient(secret).ingest([pause]), out, "ingest")
+        ingest = in_thread(lambda: ApiClient(secret).ingest([pause]), out, "ingest")
         _wait_until_blocked(watcher, 1)  # the ingestion's insert of the same ask waits on the open one
         go.set()
         poster.join(30)
@@ -364,10 +350,10 @@ def test_page_double_submit_api_and_deadline_pass_at_once_decide_exactly_once(
         return asks_apply_deadlines()
 
     threads = [
-        _in_thread(page_submit, out, "page-1"),
-        _in_thread(page_submit, out, "page-2"),
-        _in_thread(api, out, "api"),
-        _in_thread(deadline_pass, out, "deadline"),
+        in_thread(page_submit, out, "page-1"),
+        in_thread(page_submit, out, "page-2"),
+        in_thread(api, out, "api"),
+        in_thread(deadline_pass, out, "deadline"),
     ]
     for thread in threads:
         thread.join(60)

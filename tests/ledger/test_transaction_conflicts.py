@@ -9,7 +9,6 @@ request.
 """
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from django.db import connection, transaction
 from ledger.models import Ask, Run, RunEvent
 from ledger.services import agent_key_create
 from tests.conftest import ApiClient
-from tests.ledger.ask_helpers import b_body, open_ask
+from tests.ledger.ask_helpers import b_body, open_ask, waiting_on_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,21 +32,6 @@ def _event(seq: int, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         "payload": payload,
         "meta": {"runId": RESUMED_RUN, "wallClockMs": 1796040000000 + seq},
     }
-
-
-def _backend_waiting_on_an_advisory_lock(deadline_s: float = 20) -> None:
-    deadline = time.monotonic() + deadline_s
-    with connection.cursor() as cur:
-        while time.monotonic() < deadline:
-            cur.execute("SELECT pg_stat_clear_snapshot()")
-            cur.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
-            )
-            if cur.fetchone():
-                return
-            time.sleep(0.01)
-    raise AssertionError("the request never waited on the sessions' lock")
 
 
 def test_a_request_rolled_back_to_break_a_deadlock_answers_503_and_its_retry_is_stored(project) -> None:
@@ -69,7 +53,7 @@ def test_a_request_rolled_back_to_break_a_deadlock_answers_503_and_its_retry_is_
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [sessions_lock])
         thread = threading.Thread(target=report_the_decision)
         thread.start()
-        _backend_waiting_on_an_advisory_lock()
+        waiting_on_locks(1, "advisory")
         Run.objects.select_for_update().get(run_id=RESUMED_RUN)  # waits until PostgreSQL rolls the request back
     thread.join(30)
 
