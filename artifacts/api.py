@@ -4,7 +4,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from ninja import Router
+from ninja import Query, Router
 
 from artifacts import selectors, services
 from artifacts.exceptions import ArtifactBodyTooLarge, InvalidArtifact, InvalidWants
@@ -146,8 +146,10 @@ def resolve_wants(request: HttpRequest) -> HttpResponse:
 
 
 @router.get("", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
-def list_artifacts(request: HttpRequest, limit: int | None = None, cursor: str | None = None) -> HttpResponse:
-    """The scope's live artifacts, newest first, metadata only (limit ≤ 200; opaque cursor)."""
+def list_artifacts(
+    request: HttpRequest, limit: float | None = Query(None, allow_inf_nan=False), cursor: str | None = None
+) -> HttpResponse:
+    """The scope's live artifacts, newest first, metadata only (limit rounded down, 1 to 200; opaque cursor)."""
     store, scope = _store_and_scope(request)
     page, next_cursor = selectors.artifact_list(store=store, scope=scope, limit=limit, cursor=cursor)
     body: dict[str, Any] = {"artifacts": [selectors.meta_of(a) for a in page]}

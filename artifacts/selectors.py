@@ -152,11 +152,12 @@ def _encode_list_cursor(artifact: Artifact) -> str:
 
 
 def artifact_list(
-    *, store: ArtifactStore, scope: Scope, limit: int | None = None, cursor: str | None = None
+    *, store: ArtifactStore, scope: Scope, limit: float | None = None, cursor: str | None = None
 ) -> tuple[list[Artifact], str | None]:
     """Live artifacts of the scope, newest first (ties by ref), keyset-paged; metadata only.
 
-    An undecodable cursor restarts from the newest. The cursor is present only when more rows exist.
+    `limit` is rounded down, as the framework's stores do. An undecodable cursor restarts from the
+    newest. The cursor is present only when more rows exist.
     """
     limit = max(1, min(DEFAULT_LIST_LIMIT if limit is None else int(limit), MAX_LIST_LIMIT))
     rows = _live(store, scope).only(*META_FIELDS).order_by("-created_at", "ref")

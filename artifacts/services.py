@@ -255,12 +255,15 @@ def _plan_retention(store: ArtifactStore, live: list[tuple[Any, ...]], incoming:
 def _make_room(cursor: Any, store: ArtifactStore, scope_ns: str, now: int, incoming: int) -> list[Swept]:
     """Spec §12.5 steps 4-5: sweep the scope's expired rows, then evict what its budgets require.
 
+    A row an agent deleted while it was held is no expiry of a live artifact: the sweeper removes
+    it as deleted, and the put does not report it in `swept`.
+
     Returns the swept artifacts in sweep order. A plan that cannot fit the payload raises
     InvalidArtifact, and the caller's transaction undoes the sweep too: a refusal evicts nothing.
     """
     cursor.execute(
         "SELECT id FROM artifacts_artifact WHERE store_id = %(store)s AND scope_ns = %(ns)s "
-        "AND expires_at <= %(now)s AND NOT held ORDER BY expires_at, ref LIMIT %(limit)s",
+        "AND expires_at <= %(now)s AND NOT held AND deleted_at IS NULL ORDER BY expires_at, ref LIMIT %(limit)s",
         {"store": store.pk, "ns": scope_ns, "now": now, "limit": MAX_TTL_FACTS_PER_PUT},
     )
     swept = _remove(cursor, store, {row[0]: Tombstone.Reason.TTL.value for row in cursor.fetchall()}, scope_ns)

@@ -11,7 +11,7 @@ from artifacts.models import ArtifactStore
 from artifacts.payloads import payload_data
 from artifacts.scopes import Scope
 from artifacts.selectors import artifact_get, artifact_list, meta_of
-from footprint_site.lib.js import js_string, js_stringify, js_trim
+from footprint_site.lib.js import js_entries, js_has_property, js_own_property, js_string, js_stringify, js_trim
 
 LIVE_REF_LIST_LIMIT = 10
 LIVE_REF_SCAN_LIMIT = 200
@@ -29,24 +29,26 @@ def assert_tool_wants(tool_name: str, wants: Any, input_schema: Any) -> None:
             "(e.g. wants: { dataset: 'dataset/rows' }), or omit `wants` — absent means no "
             "argument is resolved, exactly as before."
         )
+    # JavaScript's `typeof properties === 'object'` holds for an array too, and `in` finds the
+    # prototype's names: the sentences follow what the seed does with the schema as sent.
     properties = input_schema.get("properties") if isinstance(input_schema, dict) else None
-    if not isinstance(properties, dict):
+    if not isinstance(properties, dict | list):
         properties = None
-    for arg_name, kind in wants.items():
+    for arg_name, kind in js_entries(wants):
         if not isinstance(kind, str) or not js_trim(kind):
             raise InvalidWants(
                 f"defineTool: tool '{tool_name}' declares wants.{arg_name} = {js_stringify(kind)}, "
                 "which is not an artifact kind. The value is the consumer vocabulary the resolved "
                 "artifact's meta.kind must equal exactly (e.g. 'dataset/rows')."
             )
-        if properties is not None and arg_name not in properties:
+        if properties is not None and not js_has_property(properties, arg_name):
             raise InvalidWants(
                 f"defineTool: tool '{tool_name}' declares wants.{arg_name}, but inputSchema.properties "
                 f"has no '{arg_name}' — the model is never offered that argument, so no ref could "
                 "ever arrive to resolve. Add it to inputSchema (type: 'string' — the model passes "
                 "the art_… ref), or drop it from `wants`."
             )
-        prop = properties.get(arg_name) if properties is not None else None
+        prop = js_own_property(properties, arg_name) if properties is not None else None
         # JS compares against undefined: a "type" key holding null is declared, and refused.
         if isinstance(prop, dict) and "type" in prop and prop["type"] != "string":
             shown = js_string(prop["type"])
@@ -134,7 +136,7 @@ def wants_resolve(
     wanted: dict[str, Any] = {}
     resolved: list[dict[str, Any]] = []
     next_args = dict(args)
-    for arg_name, kind in wants.items():
+    for arg_name, kind in js_entries(wants):
         if arg_name not in args:
             if arg_name not in required_names:
                 continue

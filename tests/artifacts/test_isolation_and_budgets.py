@@ -298,6 +298,26 @@ def test_list_limit_below_one_is_raised_to_one(harness, kit, limit):
     assert "cursor" in page
 
 
+@pytest.mark.parametrize(("limit", "rows"), [("2.5", 2), ("1.99", 1), ("0.5", 1)])
+def test_list_fractional_limit_is_rounded_down(harness, kit, limit, rows):
+    """§1.5: "rounded down, minimum 1"; a fractional limit is a page, not a refusal."""
+    store = harness.create_store()
+    s = kit.scope("fractional")
+    _mint(store, s, 3)
+    response = store.list_raw(s, limit=limit)
+    assert response.status_code == 200, response.content
+    assert len(response.json()["artifacts"]) == rows
+    assert "cursor" in response.json()
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "ten"])
+def test_list_limit_that_is_no_number_is_refused_naming_it(harness, kit, limit):
+    store = harness.create_store()
+    response = store.list_raw(kit.scope("not-a-number"), limit=limit)
+    assert response.status_code == 422, response.content
+    assert "limit" in response.content.decode()
+
+
 @pytest.mark.parametrize(
     "cursor",
     [

@@ -510,6 +510,7 @@ DEFINE = "defineTool: tool 'render_chart' declares "
                 ("number", 7, "7"),
                 ("array", ["dataset/rows"], '["dataset/rows"]'),
                 ("null", None, "null"),  # JSON.stringify(null) — the wire has no `undefined`
+                ("large-number", 1e20, "100000000000000000000"),  # as JavaScript prints it, not 1e+20
             ]
         ],
         pytest.param(
@@ -519,6 +520,14 @@ DEFINE = "defineTool: tool 'render_chart' declares "
             "argument, so no ref could ever arrive to resolve. Add it to inputSchema (type: 'string' — the model "
             "passes the art_… ref), or drop it from `wants`.",
             id="arg-not-in-properties",
+        ),
+        pytest.param(  # typeof [] === 'object' in the seed, and 'dataset' in [] is false
+            {"dataset": "dataset/rows"},
+            {"type": "object", "properties": []},
+            DEFINE + "wants.dataset, but inputSchema.properties has no 'dataset' — the model is never offered that "
+            "argument, so no ref could ever arrive to resolve. Add it to inputSchema (type: 'string' — the model "
+            "passes the art_… ref), or drop it from `wants`.",
+            id="arg-not-in-array-properties",
         ),
         *[
             pytest.param(
@@ -535,6 +544,8 @@ DEFINE = "defineTool: tool 'render_chart' declares "
                 ("union", ["string", "null"], "string,null"),
                 ("number-literal", 5, "5"),
                 ("null", None, "null"),  # `type: null` !== undefined in the seed, so it is refused
+                ("tiny-number", 1e-7, "1e-7"),  # String(1e-7), not Python's 1e-07
+                ("rounded-number", 123456789012345680000, "123456789012345680000"),  # the double's shortest digits
             ]
         ],
     ],
@@ -550,6 +561,19 @@ def test_resolve_wants_checks_stop_at_the_first_bad_argument_in_declaration_orde
     response = d_store.resolve_raw(SCOPE, "t", {"a": "k", "c": "k"}, {}, schema)
     assert response.status_code == 422
     assert response.json()["error"].startswith("defineTool: tool 't' declares wants.a, but inputSchema declares")
+
+
+def test_resolve_wants_checks_go_in_javascripts_key_order_array_indices_first(d_store):
+    schema = {"type": "object", "properties": {"b": {"type": "number"}, "1": {"type": "number"}}}
+    response = d_store.resolve_raw(SCOPE, "t", {"b": "k", "1": "k"}, {}, schema)
+    assert response.status_code == 422
+    assert response.json()["error"].startswith("defineTool: tool 't' declares wants.1, but inputSchema declares")
+
+
+def test_resolve_wants_argument_named_like_an_inherited_property_passes_the_properties_check(d_store):
+    """`'toString' in {}` is true in JavaScript: the seed does not refuse it, so neither do we."""
+    response = d_store.resolve_raw(SCOPE, "t", {"toString": "k"}, {}, {"type": "object", "properties": {}})
+    assert response.status_code == 200, response.content
 
 
 # --- the live-refs listing rule (§6.3): newest first, 10 listed, 200 scanned ----------------------

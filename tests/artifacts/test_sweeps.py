@@ -178,6 +178,26 @@ def test_sweep_keeps_a_held_artifact_an_agent_deleted_until_the_hold_ends(harnes
     assert Tombstone.objects.get(ref=meta["ref"]).reason == "deleted"
 
 
+def test_put_leaves_a_deleted_artifact_whose_hold_ended_to_the_sweeper(harness, kit, django_user_model):
+    """A put's `swept` become `expired` facts (§4.7): an artifact the agent deleted is no expiry,
+    even once its hold ends and its expiresAt passes; the sweeper removes it as deleted."""
+    store = harness.create_store()
+    s = kit.scope("deleted-then-released")
+    meta, _ = store.put(s, kind="k", media_type="text/plain", data="a", expires_at=kit.now(store) + 60_000)
+    auditor = django_user_model.objects.create_user("auditor-released", password="pw")
+    hold = artifact_hold_place(store=store.model, ref=meta["ref"], user=auditor, reason="evidence")
+    store.delete(s, meta["ref"])
+    artifact_hold_release(hold=hold, user=auditor)
+    kit.advance(store, 60_001)
+
+    _, swept = store.put(s, kind="k", media_type="text/plain", data="b")
+
+    assert swept == []
+    assert not Tombstone.objects.filter(ref=meta["ref"]).exists()
+    artifacts_sweep()
+    assert Tombstone.objects.get(ref=meta["ref"]).reason == "deleted"
+
+
 def test_sweep_twice_is_safe(harness, kit):
     store = harness.create_store()
     s = kit.scope("twice")
