@@ -29,6 +29,14 @@ def _same_number(value: Any, expected: int) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == expected
 
 
+def whole_number(value: Any) -> int | None:
+    """A seq as the framework reads it: a JavaScript number, so JSON's 52.0 is 52; None unless a
+    whole number from 0 to MAX_SAFE_INTEGER."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SAFE_INTEGER:
+        return None
+    return int(value) if value == int(value) else None
+
+
 def _answer(valid: bool, checked: int, broken_at: int | None = None, reason: str | None = None) -> dict[str, Any]:
     answer: dict[str, Any] = {"valid": valid, "recordsChecked": checked}
     if not valid:
@@ -45,6 +53,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
         return _answer(False, 0, None, "no bundles supplied")
     checked = 0
     previous: dict[str, Any] | None = None
+    next_seq = 0  # the seq the previous segment's successor starts at
     for index, segment in enumerate(segments):
         suffix = f" (segment {index})" if len(segments) > 1 else ""
         if (
@@ -55,7 +64,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
         ):
             return _answer(False, checked, None, f"malformed bundle — expected {{header, records, finalHash}}{suffix}")
         header, records = segment["header"], segment["records"]
-        first_seq = header.get("firstSeq")
+        first_seq = whole_number(header.get("firstSeq"))
         if (
             header.get("format") != FORMAT
             or header.get("hashAlgorithm") != HASH_ALGORITHM
@@ -64,7 +73,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
             return _answer(
                 False,
                 checked,
-                first_seq if isinstance(first_seq, int) else None,
+                first_seq,
                 f"unsupported bundle — format, hashAlgorithm or canonicalization is not "
                 f"{FORMAT} / {HASH_ALGORITHM} / {CANONICALIZATION}{suffix}",
             )
@@ -72,10 +81,10 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
             return _answer(
                 False,
                 checked,
-                first_seq if isinstance(first_seq, int) else None,
+                first_seq,
                 f"recordCount {header.get('recordCount')} does not match {len(records)} records{suffix}",
             )
-        if not isinstance(first_seq, int) or isinstance(first_seq, bool) or not 0 <= first_seq <= MAX_SAFE_INTEGER:
+        if first_seq is None:
             return _answer(
                 False,
                 checked,
@@ -91,7 +100,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
                     first_seq,
                     f"segment discontinuity — chainHead does not match previous segment's finalHash{suffix}",
                 )
-            expected_first = previous["header"]["firstSeq"] + len(previous["records"])
+            expected_first = next_seq
             if first_seq != expected_first:
                 return _answer(
                     False,
@@ -141,7 +150,7 @@ def verify_bundles(bundles: Any) -> dict[str, Any]:
         if segment["finalHash"] != running:
             last = first_seq + len(records) - 1 if records else first_seq
             return _answer(False, checked, last, f"finalHash does not match the last record's hash{suffix}")
-        previous = segment
+        previous, next_seq = segment, first_seq + len(records)
     return _answer(True, checked)
 
 

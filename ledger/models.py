@@ -697,6 +697,8 @@ class ChainAnchor(models.Model):
     digest = models.BinaryField(max_length=32)
     signature = models.BinaryField(max_length=32)
     run_count = models.IntegerField()
+    # ledger.anchors.DIGEST_FORMAT when written; anchors from before format 2 keep 1.
+    digest_format = models.PositiveSmallIntegerField(default=2)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 
-from ledger.audit import ZERO_HASH, verify_bundles
+from ledger.audit import ZERO_HASH, verify_bundles, whole_number
 from ledger.envelopes import parse_json_keeping_lone_surrogates, text_copy
 from ledger.exceptions import AuditBundleInvalid, MalformedBody
 from ledger.models import AuditBundle, Project
@@ -32,6 +32,9 @@ def _segments_of(document: Any) -> list[dict[str, Any]]:
     return segments
 
 
+MAX_PREDECESSOR_CANDIDATES = 20  # copies of one segment compared; each costs a SHA-256 of its body
+
+
 def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
     """The framework's `verifyAuditBundle` answer plus `continuity`: how the first segment joins
     the chain already stored for this project: `genesis` (it starts a chain), `continues` (its
@@ -44,11 +47,11 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
         verdict = verify_bundles(segments if len(segments) > 1 else segments[0])
     except RecursionError:
         raise AuditBundleInvalid("A record nests too deeply to canonicalize (afp-cjson/1 recursion limit).") from None
-    head, first_seq = segments[0]["header"].get("chainHead"), segments[0]["header"].get("firstSeq")
-    previous = (
-        AuditBundle.objects.filter(project=project, final_hash=text_copy(head) if isinstance(head, str) else None)
-        .order_by("-id")
-        .first()
+    head, first_seq = segments[0]["header"].get("chainHead"), whole_number(segments[0]["header"].get("firstSeq"))
+    previous, predecessor_valid = (
+        _predecessor(project=project, head=head, first_seq=first_seq, body=body)
+        if isinstance(head, str)
+        else (None, False)
     )
     if head == ZERO_HASH:
         continuity: dict[str, Any] = {"state": "genesis"}
@@ -57,7 +60,6 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
     else:
         expected = (previous.first_seq or 0) + previous.record_count
         # A valid segment after a broken one is still a broken chain: say which it follows.
-        predecessor_valid = audit_bundle_stored_verdict(bundle=previous)[0].get("valid") is True
         continuity = {"state": "continues", "bundleId": previous.pk, "predecessorValid": predecessor_valid}
         if first_seq != expected:
             continuity = {"state": "broken", "bundleId": previous.pk}
@@ -70,6 +72,29 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
             }
     # The reason may quote the bundle's values: as text any page, column or answer can hold.
     return BundleCheck(segments, text_copy({**verdict, "continuity": continuity}), previous)
+
+
+def _predecessor(*, project: Project, head: str, first_seq: int | None, body: bytes) -> tuple[AuditBundle | None, bool]:
+    """The stored bundle whose finalHash is this chainHead, and whether its own verdict is valid.
+
+    Copies may share a finalHash (a tampered or truncated copy keeps the sound one's): the sound
+    one this segment's firstSeq follows wins, then any sound one, then the latest. Never the
+    bundle itself: an empty segment's chainHead is its own finalHash.
+    """
+    candidates = (
+        AuditBundle.objects.filter(project=project, final_hash=text_copy(head))
+        .exclude(sha256=hashlib.sha256(body).digest())
+        .order_by("-id")[:MAX_PREDECESSOR_CANDIDATES]
+    )
+    ranked = []
+    for candidate in candidates:
+        valid = audit_bundle_stored_verdict(bundle=candidate)[0].get("valid") is True
+        follows = (candidate.first_seq or 0) + candidate.record_count == first_seq
+        ranked.append(((valid and follows, valid), candidate))
+    if not ranked:
+        return None, False
+    (_, valid), best = max(ranked, key=lambda item: item[0])  # the first, so the latest, of equals
+    return best, valid
 
 
 def audit_bundle_broken_record(*, body: bytes, verdict: dict[str, Any]) -> dict[str, Any] | None:

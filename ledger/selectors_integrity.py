@@ -144,11 +144,34 @@ def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None)
             f"the run's recorded head covers {total} records but {checked} are stored: "
             "records were removed from the end of the chain",
         )
+    stray = _record_past_head(run)
+    if stray is not None:
+        position, length = stray
+        return ChainVerdict(
+            False,
+            checked,
+            position,
+            f"record {position} lies past the run's recorded head ({length} records): ingestion did not write it",
+        )
     if anchored is not None:
         problem = _anchor_problem(anchored, checked, anchored_hash)
         if problem:
             return ChainVerdict(False, checked, min(checked, anchored.chain_length - 1), problem)
     return ChainVerdict(True, checked)
+
+
+def _record_past_head(run: Run) -> tuple[int, int] | None:
+    """The first stored record at or past the run's head, with the head's length. One statement,
+    so one snapshot: ingestion appends records and moves the head in one transaction, and a record
+    appended since the walk began is behind the head this reads."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT e.position, r.chain_length FROM ledger_runevent e JOIN ledger_run r ON r.id = e.run_id"
+            " WHERE e.run_id = %s AND e.position >= r.chain_length ORDER BY e.position LIMIT 1",
+            [run.pk],
+        )
+        row = cur.fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def _latest_anchored_head(run: Run) -> AnchoredHead | None:
@@ -163,8 +186,9 @@ def _latest_anchored_head(run: Run) -> AnchoredHead | None:
 def _anchor_problem(anchored: AnchoredHead, stored: int, stored_hash: bytes | None) -> str | None:
     anchor = anchored.anchor
     when = anchor.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    if not anchor_signature_holds(anchor):
-        return f"anchor {anchor.number} ({when}) no longer matches its signature: the anchors were edited"
+    signature_problem = anchor_signature_problem(anchor)
+    if signature_problem:
+        return f"anchor {anchor.number} ({when}) {signature_problem}"
     if stored < anchored.chain_length:
         return (
             f"anchor {anchor.number} ({when}) saw {anchored.chain_length} records but {stored} are stored: "
@@ -178,15 +202,29 @@ def _anchor_problem(anchored: AnchoredHead, stored: int, stored_hash: bytes | No
     return None
 
 
-def anchor_signature_holds(anchor: ChainAnchor) -> bool:
-    heads = AnchoredHead.objects.filter(anchor=anchor).values_list("run_id", "chain_length", "head_hash")
+def anchor_signature_problem(anchor: ChainAnchor) -> str | None:
+    """Why the anchor no longer vouches for the heads stored under it (after "anchor N"), or None."""
+    heads = [
+        (run_id, length, bytes(head))
+        for run_id, length, head in AnchoredHead.objects.filter(anchor=anchor).values_list(
+            "run_id", "chain_length", "head_hash"
+        )
+    ]
     digest = anchors.anchor_digest(
         project_slug=anchor.project.slug,
         number=anchor.number,
         prev_digest=bytes(anchor.prev_digest),
-        heads=[(run_id, length, bytes(head)) for run_id, length, head in heads],
+        heads=heads,
+        digest_format=anchor.digest_format,
     )
-    return digest == bytes(anchor.digest) and anchors.signature_matches(digest, bytes(anchor.signature))
+    if digest != bytes(anchor.digest) or not anchors.signature_matches(digest, bytes(anchor.signature)):
+        return "no longer matches its signature: the anchors were edited"
+    if anchors.heads_ambiguous(heads, anchor.digest_format):
+        return (
+            "cannot vouch for its heads: it was signed in format 1, whose text a run id holding a tab or "
+            "newline can make cover other heads"
+        )
+    return None
 
 
 def integrity_check_latest(*, run: Run) -> IntegrityCheck | None:
@@ -226,8 +264,9 @@ def project_anchors_audit(*, project: Project, limit: int = 200) -> AnchorAudit:
             problems.append(f"anchor {expected} is missing: the next one stored is anchor {anchor.number}")
         elif bytes(anchor.prev_digest) != previous_digest:
             problems.append(f"anchor {anchor.number} does not chain to anchor {expected - 1}")
-        if not anchor_signature_holds(anchor):
-            problems.append(f"anchor {anchor.number} no longer matches its signature: the anchors were edited")
+        signature_problem = anchor_signature_problem(anchor)
+        if signature_problem:
+            problems.append(f"anchor {anchor.number} {signature_problem}")
         previous_digest = bytes(anchor.digest)
     latest_heads = (
         AnchoredHead.objects.filter(project=project)

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ledger.audit import MAX_SAFE_INTEGER
+from ledger.audit import whole_number
 from ledger.envelopes import text_copy
 from ledger.models import AuditBundle, Project
 from ledger.selectors_audits import audit_bundle_verdict
@@ -35,7 +35,7 @@ def audit_bundle_import(*, project: Project, body: bytes) -> tuple[AuditBundle, 
     once its predecessor has arrived continues it. See `audit_bundle_verdict` for the verdict.
     """
     checked = audit_bundle_verdict(project=project, body=body)
-    segments, first_seq = checked.segments, checked.segments[0]["header"].get("firstSeq")
+    segments, first_seq = checked.segments, whole_number(checked.segments[0]["header"].get("firstSeq"))
     verdict = checked.verdict  # as text columns and pages hold it (see audit_bundle_verdict)
     bundle, created = AuditBundle.objects.get_or_create(
         project=project,
@@ -43,7 +43,7 @@ def audit_bundle_import(*, project: Project, body: bytes) -> tuple[AuditBundle, 
         defaults={
             "body": body,
             "segment_count": len(segments),
-            "first_seq": first_seq if isinstance(first_seq, int) and 0 <= first_seq <= MAX_SAFE_INTEGER else None,
+            "first_seq": first_seq,
             "record_count": sum(len(_records(s)) for s in segments),
             # Searchable copies only (the body keeps the bytes): text columns cannot hold U+0000
             # or a lone surrogate.

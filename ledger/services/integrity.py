@@ -104,6 +104,7 @@ def _anchor_project(project: Project) -> bool:
             digest=digest,
             signature=anchors.sign(digest),
             run_count=len(heads),
+            digest_format=anchors.DIGEST_FORMAT,
         )
         AnchoredHead.objects.bulk_create(
             AnchoredHead(anchor=anchor, project=project, run_id=run_id, chain_length=length, head_hash=head)

@@ -5,10 +5,13 @@ the tail of a run and rewrite the run's own head columns to match, which the cha
 notice; the anchor does.
 """
 
+import json
+
 import pytest
 from django.db import connection
 
-from ledger import selectors_integrity
+from footprint_site.lib.chain import link_hash
+from ledger import anchors, selectors_integrity
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run, RunEvent
 from ledger.selectors_integrity import run_chain_verify
 from ledger.services.integrity import chain_anchors_write, integrity_check_request
@@ -85,13 +88,81 @@ def test_anchors_cover_only_what_grew_and_chain_to_each_other(run, agent_client)
     assert second.number == 2
     assert bytes(second.prev_digest) == bytes(first.digest)
     assert second.run_count == 1  # only the new run grew
-    assert all(selectors_integrity.anchor_signature_holds(a) for a in (first, second))
+    assert all(selectors_integrity.anchor_signature_problem(a) is None for a in (first, second))
 
 
 def test_an_anchor_signed_with_another_key_does_not_hold(run, settings):
     chain_anchors_write()
     settings.FOOTPRINT_ANCHOR_KEY = "another key"
-    assert not selectors_integrity.anchor_signature_holds(ChainAnchor.objects.get())
+    assert selectors_integrity.anchor_signature_problem(ChainAnchor.objects.get())
+
+
+RUN_E = "run-1796043015109-1"  # e-tool-effects: 222 events
+
+
+def test_heads_rewritten_into_one_with_the_same_tab_separated_text_break_the_signature(run, agent_client, project):
+    """A run id may hold a tab or newline: in format 1's text the heads (A, 76, hA) and (E, 222, hE)
+    read the same as one head ("A\t76\t<hA>\nE", 222, hE), which let a forger delete run A unseen."""
+    assert agent_client.ingest(fixture_events("e-tool-effects/events.json")).status_code == 200
+    assert chain_anchors_write() == 1
+    head_a, head_e = AnchoredHead.objects.get(run_id=RUN_ID), AnchoredHead.objects.get(run_id=RUN_E)
+    merged = f"{RUN_ID}\t{head_a.chain_length}\t{bytes(head_a.head_hash).hex()}\n{RUN_E}"
+    AnchoredHead.objects.filter(pk=head_e.pk).update(run_id=merged)
+    head_a.delete()
+    Run.objects.create(project=project, run_id=merged, chain_length=head_e.chain_length)
+    run.delete()
+
+    assert selectors_integrity.anchor_signature_problem(head_e.anchor) == (
+        "no longer matches its signature: the anchors were edited"
+    )
+    assert not selectors_integrity.project_anchors_audit(project=project).valid
+
+
+def test_an_anchor_signed_in_format_1_still_holds_unless_a_run_id_makes_its_text_ambiguous(run, project):
+    heads = [(RUN_ID, run.chain_length, bytes(run.head_hash))]
+    digest = anchors.anchor_digest(
+        project_slug=project.slug, number=1, prev_digest=bytes(32), heads=heads, digest_format=1
+    )
+    anchor = ChainAnchor.objects.create(
+        project=project, number=1, prev_digest=bytes(32), digest=digest, signature=anchors.sign(digest),
+        run_count=1, digest_format=1,
+    )  # fmt: skip
+    AnchoredHead.objects.create(anchor=anchor, project=project, run_id=RUN_ID, chain_length=76, head_hash=heads[0][2])
+    assert selectors_integrity.anchor_signature_problem(anchor) is None
+    assert run_chain_verify(run=run).valid
+
+    tabbed = [("a\tb", 1, bytes(32))]
+    digest = anchors.anchor_digest(
+        project_slug=project.slug, number=2, prev_digest=digest, heads=tabbed, digest_format=1
+    )
+    anchor = ChainAnchor.objects.create(
+        project=project, number=2, prev_digest=bytes(anchor.digest), digest=digest, signature=anchors.sign(digest),
+        run_count=1, digest_format=1,
+    )  # fmt: skip
+    AnchoredHead.objects.create(anchor=anchor, project=project, run_id="a\tb", chain_length=1, head_hash=bytes(32))
+    assert selectors_integrity.anchor_signature_problem(anchor).startswith("cannot vouch for its heads")
+
+
+def test_a_record_added_past_the_head_without_touching_the_run_row_is_named(run):
+    head = bytes(run.head_hash)
+    forged = {
+        "meta": {"runId": RUN_ID, "wallClockMs": 1796043009999},
+        "payload": {"toolCallId": "t9", "toolName": "issue_refund", "args": {"amount": 10_000}},
+        "seq": 76,
+        "type": "agentfootprint.stream.tool_start",
+    }
+    body = json.dumps(forged, sort_keys=True, separators=(",", ":"))
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO ledger_runevent (run_id, position, seq, type, tool_call_id, wall_clock_ms, body, doc,"
+            " prev_hash, hash) VALUES (%s, 76, 76, %s, 't9', 1796043009999, %s, %s::jsonb, %s, %s)",
+            [run.pk, forged["type"], body, body, head, link_hash(head, body.encode())],
+        )
+
+    verdict = run_chain_verify(run=run)
+
+    assert (verdict.valid, verdict.broken_at) == (False, 76)
+    assert verdict.reason == "record 76 lies past the run's recorded head (76 records): ingestion did not write it"
 
 
 def test_the_walk_reports_progress_chunk_by_chunk(run, monkeypatch):

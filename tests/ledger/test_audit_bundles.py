@@ -179,6 +179,69 @@ def test_a_segment_continuing_a_stored_tampered_one_says_its_predecessor_is_inva
     assert joined["continuity"]["predecessorValid"] is False
 
 
+def test_a_first_seq_written_as_a_whole_float_is_that_number_as_in_javascript(agent_client):
+    """§5.7 compares seqs as JavaScript numbers: JSON's 0.0 is 0 there (the header is not hashed)."""
+    raw = (DATA / "f-audit/bundle.json").read_bytes().replace(b'"firstSeq": 0,', b'"firstSeq": 0.0,', 1)
+    body = agent_client.post("/api/v1/audit-bundles", raw, content_type="application/json").json()
+    assert (body["valid"], body["recordsChecked"]) == (True, 52), body
+    assert AuditBundle.objects.get(pk=body["id"]).first_seq == 0
+
+    first, second = load_fixture("f-audit/segments.json")["segments"]
+    second["header"]["firstSeq"] = 52.0
+    assert verify_bundles([first, second]) == {"valid": True, "recordsChecked": 104}
+
+
+def test_a_segment_continues_the_sound_copy_of_its_predecessor_not_a_tampered_one_stored_later(agent_client):
+    first, second = load_fixture("f-audit/segments.json")["segments"]
+    genuine = agent_client.post_json("/api/v1/audit-bundles", first).json()
+    tampered = copy.deepcopy(first)
+    tampered["records"][1]["payload"] = {"edited": True}  # same finalHash, invalid
+    assert agent_client.post_json("/api/v1/audit-bundles", tampered).json()["valid"] is False
+
+    joined = agent_client.post_json("/api/v1/audit-bundles", second).json()
+
+    assert joined["valid"] is True
+    assert joined["continuity"] == {"state": "continues", "bundleId": genuine["id"], "predecessorValid": True}
+
+
+def test_a_truncated_copy_of_the_predecessor_stored_later_does_not_break_a_sound_segment(agent_client):
+    first, second = load_fixture("f-audit/segments.json")["segments"]
+    genuine = agent_client.post_json("/api/v1/audit-bundles", first).json()
+    cut = copy.deepcopy(first)
+    del cut["records"][-5:]
+    cut["header"]["recordCount"] = len(cut["records"])  # finalHash kept: an invalid bundle
+    assert agent_client.post_json("/api/v1/audit-bundles", cut).json()["valid"] is False
+
+    joined = agent_client.post_json("/api/v1/audit-bundles", second).json()
+
+    assert joined["valid"] is True, joined
+    assert joined["continuity"] == {"state": "continues", "bundleId": genuine["id"], "predecessorValid": True}
+
+
+def test_an_empty_segment_sent_again_still_continues_its_predecessor_not_itself(agent_client):
+    """An empty drained segment's chainHead is its own finalHash: the lookup must skip the bundle itself."""
+    first, _ = load_fixture("f-audit/segments.json")["segments"]
+    seg1 = agent_client.post_json("/api/v1/audit-bundles", first).json()
+    empty = {
+        "header": {**first["header"], "firstSeq": 52, "recordCount": 0, "chainHead": first["finalHash"]},
+        "records": [],
+        "finalHash": first["finalHash"],
+    }
+    once = agent_client.post_json("/api/v1/audit-bundles", empty).json()
+    again = agent_client.post_json("/api/v1/audit-bundles", empty).json()
+
+    assert (
+        once["continuity"]
+        == again["continuity"]
+        == {
+            "state": "continues",
+            "bundleId": seg1["id"],
+            "predecessorValid": True,
+        }
+    )
+    assert AuditBundle.objects.get(pk=once["id"]).continues_id == seg1["id"]
+
+
 def test_import_refuses_what_is_not_a_bundle(agent_client):
     response = agent_client.post_json("/api/v1/audit-bundles", {"records": []})
     assert response.status_code == 422

@@ -1,6 +1,7 @@
 """The migrations agree with the models; the one that re-keys stored events keeps every event and
 its chain, both ways; the ones to one open ask per session leave each session its latest ask open;
-the one of run statuses undoes what a resume or a listener's error set."""
+the one of run statuses undoes what a resume or a listener's error set; anchors signed before the
+digest format keep format 1."""
 
 from io import StringIO
 from typing import Any
@@ -10,7 +11,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ledger.models import Ask, Run
+from ledger import anchors, selectors_integrity
+from ledger.models import Ask, ChainAnchor, Run
 from tests.conftest import fixture_events
 
 BEFORE_REKEY = ("ledger", "0007_toolcall_args_and_result_read_from_events")
@@ -147,3 +149,32 @@ def test_the_migration_of_run_statuses_keeps_a_failure_whose_error_names_no_stag
     finally:
         _migrate()
     assert Run.objects.values_list("status", "status_seq").get(run_id="run-failed-turn") == ("failed", 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_anchors_signed_before_the_digest_format_keep_format_1_and_still_hold(agent_client) -> None:
+    assert agent_client.ingest(fixture_events("a-run-recording/events.json")).status_code == 200
+    try:
+        _migrate(("ledger", "0018_run_status_without_resume_or_listener_errors"))
+        run = Run.objects.only("run_id", "chain_length", "head_hash", "project").get()
+        heads = [(run.run_id, run.chain_length, bytes(run.head_hash))]
+        digest = anchors.anchor_digest(
+            project_slug=run.project.slug, number=1, prev_digest=bytes(32), heads=heads, digest_format=1
+        )
+        with connection.cursor() as cursor:  # the table as 0018 left it, without digest_format
+            cursor.execute(
+                "INSERT INTO ledger_chainanchor (project_id, number, prev_digest, digest, signature, run_count,"
+                " created_at) VALUES (%s, 1, %s, %s, %s, 1, now()) RETURNING id",
+                [run.project_id, bytes(32), digest, anchors.sign(digest)],
+            )
+            anchor_id = cursor.fetchone()[0]
+            cursor.execute(
+                "INSERT INTO ledger_anchoredhead (anchor_id, project_id, run_id, chain_length, head_hash)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                [anchor_id, run.project_id, *heads[0]],
+            )
+    finally:
+        _migrate()
+    anchor = ChainAnchor.objects.get()
+    assert anchor.digest_format == 1
+    assert selectors_integrity.anchor_signature_problem(anchor) is None
