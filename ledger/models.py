@@ -81,6 +81,7 @@ class Run(models.Model):
         COMPLETED = "completed"
         FAILED = "failed"
         HALTED = "halted"
+        DENIED = "denied"  # a message middleware refused the input or the answer (spec §1.6)
 
     class Source(models.TextChoices):
         EVENTS = "events"

@@ -25,12 +25,25 @@ STATUS_BY_TYPE = {
     "error.fatal": "failed",
     "permission.halt": "halted",
 }
+DENIED: Final = "denied"
+MESSAGE_MOMENTS: Final = ("input", "output")
 
 
-def is_listener_error(short_type: str, payload: Any) -> bool:
-    """A listener's exception, which the framework reports as `error.fatal` with stage 'observer'
-    (spec §4.1). Listeners are fire-and-forget, so the run goes on: it has not failed."""
-    return short_type == "error.fatal" and isinstance(payload, dict) and payload.get("stage") == "observer"
+def status_of(short_type: str, payload: Any) -> str | None:
+    """The status an event of the framework moves its run to, or None.
+
+    A listener's exception is `error.fatal` with stage 'observer' (spec §4.1): listeners are
+    fire-and-forget, so the run goes on. A message middleware's deny (moment input or output)
+    ends the run: the chart stops and `run()` throws MessageDeniedError (spec §1.6).
+    """
+    if short_type == "middleware.decision":
+        is_message_deny = (
+            isinstance(payload, dict) and payload.get("outcome") == "deny" and payload.get("moment") in MESSAGE_MOMENTS
+        )
+        return DENIED if is_message_deny else None
+    if short_type == "error.fatal" and isinstance(payload, dict) and payload.get("stage") == "observer":
+        return None
+    return STATUS_BY_TYPE.get(short_type)
 
 
 def json_text(payload: dict[str, Any], key: str) -> str | None:
@@ -348,6 +361,21 @@ def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         )
 
 
+def _reroute_superseded(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    # Spec §3.7: a tool's accepted proposal outrun by a declared edge. Its `tools.effect` said
+    # `accepted`; this event is the only record that it was overruled.
+    if payload.get("source") != "tool-proposal":
+        return
+    won = _str(payload, "wonId")
+    p.refusal(
+        e,
+        "effect",
+        "propose-transition",
+        f"proposal of '{_str(payload, 'volunteeredId')}' outrun by a declared edge" + (f" to '{won}'" if won else ""),
+        iteration=_int(payload, "iteration"),
+    )
+
+
 def _skill_rejection_text(payload: dict[str, Any]) -> str:
     current = _str(payload, "currentSkillId")  # optional (spec §4.2): no "from" without it
     return f"skill '{payload.get('requestedId')}' is not allowed" + (f" from '{current}'" if current else "")
@@ -375,6 +403,7 @@ PROJECTORS: dict[str, Projector] = {
         "toolName",
         lambda pl: f"result of {pl.get('sizeChars')} characters is over the tool's ceiling of {pl.get('maxChars')}",
     ),
+    "skill.reroute_superseded": _reroute_superseded,
     "skill.rejected": _refusal_of(
         "skill",
         "requestedId",
@@ -403,8 +432,8 @@ def project_events(events: Iterable[Event]) -> Projection:
         if not event.type.startswith(PREFIX):
             continue  # not the framework's: kept verbatim, projected into nothing
         short_type = event.type[len(PREFIX) :]
-        status = STATUS_BY_TYPE.get(short_type)
-        if status and event.seq > delta.status_seq and not is_listener_error(short_type, event.payload):
+        status = status_of(short_type, event.payload)
+        if status and event.seq > delta.status_seq:
             delta.status, delta.status_seq = status, event.seq
         projector = PROJECTORS.get(short_type)
         payload = event.payload

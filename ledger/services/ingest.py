@@ -337,18 +337,24 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
         cur.execute(TOOL_CALL_UPSERT, [Jsonb(orjson.dumps(merged_calls), dumps=_raw_json)])
 
 
-# COALESCE: tool_start and tool_end fill different columns and may arrive in either order.
+# tool_start and tool_end fill different columns and may arrive in either order. A call id may be
+# used twice in a run (providers number calls per response): then, as within one batch, the start
+# with the highest seq gives the start's columns and the end with the highest seq the end's,
+# together (an end without `error` clears the `error` an earlier end set), whatever the batching.
 TOOL_CALL_UPSERT: Final = """
-    INSERT INTO ledger_toolcall (run_id, tool_call_id, tool_name, error, status, duration_ms, start_seq, end_seq)
-    SELECT * FROM jsonb_to_recordset(%b) AS t(run_id int8, tool_call_id text, tool_name text, error bool,
+    INSERT INTO ledger_toolcall AS t (run_id, tool_call_id, tool_name, error, status, duration_ms, start_seq, end_seq)
+    SELECT * FROM jsonb_to_recordset(%b) AS c(run_id int8, tool_call_id text, tool_name text, error bool,
         status text, duration_ms int8, start_seq int4, end_seq int4)
     ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
-        tool_name = COALESCE(EXCLUDED.tool_name, ledger_toolcall.tool_name),
-        error = COALESCE(EXCLUDED.error, ledger_toolcall.error),
-        status = COALESCE(EXCLUDED.status, ledger_toolcall.status),
-        duration_ms = COALESCE(EXCLUDED.duration_ms, ledger_toolcall.duration_ms),
-        start_seq = COALESCE(EXCLUDED.start_seq, ledger_toolcall.start_seq),
-        end_seq = COALESCE(EXCLUDED.end_seq, ledger_toolcall.end_seq)
+        tool_name = CASE WHEN EXCLUDED.start_seq > t.start_seq OR t.start_seq IS NULL
+                         THEN EXCLUDED.tool_name ELSE t.tool_name END,
+        start_seq = CASE WHEN EXCLUDED.start_seq > t.start_seq OR t.start_seq IS NULL
+                         THEN EXCLUDED.start_seq ELSE t.start_seq END,
+        error = CASE WHEN EXCLUDED.end_seq > t.end_seq OR t.end_seq IS NULL THEN EXCLUDED.error ELSE t.error END,
+        status = CASE WHEN EXCLUDED.end_seq > t.end_seq OR t.end_seq IS NULL THEN EXCLUDED.status ELSE t.status END,
+        duration_ms = CASE WHEN EXCLUDED.end_seq > t.end_seq OR t.end_seq IS NULL
+                           THEN EXCLUDED.duration_ms ELSE t.duration_ms END,
+        end_seq = CASE WHEN EXCLUDED.end_seq > t.end_seq OR t.end_seq IS NULL THEN EXCLUDED.end_seq ELSE t.end_seq END
 """
 
 

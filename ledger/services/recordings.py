@@ -44,8 +44,27 @@ def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     return run_id, numbered
 
 
+MAX_RESUMED_RUNS = 20  # how far back a snapshot's ledger is matched along the runs it resumes
+
+
+def _runs_resumed_by(run: Run) -> list[Run]:
+    """The runs `run` resumes, directly or through earlier resumes, earliest first (the refusal
+    tracer's pairing: same session, no guess). A resume carries the whole ledger on (spec §1.7),
+    so their decisions are rows of this run's snapshot too."""
+    from ledger.selectors_run_page import run_resume_links  # the selectors import the services
+
+    chain: list[Run] = []
+    frontier = [run]
+    while frontier and len(chain) < MAX_RESUMED_RUNS:
+        origins = [link.run for later in frontier for link in run_resume_links(run=later) if not link.resumed_this]
+        frontier = [origin for origin in dict.fromkeys(origins) if origin not in chain and origin != run]
+        chain = frontier + chain
+    return sorted(chain[:MAX_RESUMED_RUNS], key=lambda r: r.pk)
+
+
 def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
-    """Copy each snapshot ledger row's `before`/`after` onto the decision its event projected."""
+    """Copy each snapshot ledger row's `before`/`after` onto the decision its event projected:
+    the run's own, or one of a run it resumes (its ledger carries theirs, earliest first)."""
     snapshot = envelope["recording"].get("snapshot")
     state = snapshot.get("sharedState") if isinstance(snapshot, dict) else None
     rows = state.get("middlewareDecisions") if isinstance(state, dict) else None
@@ -53,7 +72,8 @@ def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
         return 0
     attached = 0
     claimed: set[int] = set()
-    decisions = list(run.decisions.order_by("seq"))
+    owners = {owner.pk: order for order, owner in enumerate([*_runs_resumed_by(run), run])}
+    decisions = sorted(MiddlewareDecision.objects.filter(run_id__in=owners), key=lambda d: (owners[d.run_id], d.seq))
     for row in rows:
         if not isinstance(row, dict) or ("before" not in row and "after" not in row):
             continue

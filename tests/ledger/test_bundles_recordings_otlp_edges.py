@@ -623,6 +623,34 @@ def test_recording_attaches_snapshot_before_and_after_keeping_absent_apart_from_
     assert sum(b is not None for _, _, b, _ in stored) == 1  # only the currency transform changed anything
 
 
+def test_a_resumed_runs_recording_gives_the_paused_runs_decisions_their_before_and_after(agent_client):
+    """A resume carries the whole ledger on (spec §1.7): the resumed run's snapshot holds the paused
+    run's rows too (fixture README, b: `ledgerAfterResume`), the currency transform of t1 among them."""
+    paused_run, resumed_run = "run-1796043009084-1", "run-1796043009518-2"
+    events = fixture_events("b-middleware/events-approved.json")
+    assert agent_client.ingest(events).status_code == 200
+    resumed = [e for e in events if e["meta"]["runId"] == resumed_run]
+    approve_row = next(e["payload"] for e in resumed if e["type"] == "agentfootprint.middleware.decision")
+    rows = [*load_fixture("b-middleware/ledger-at-pause.json")["rows"], approve_row]
+    transform = next(r for r in rows if r.get("changed"))
+    envelope = {
+        "format": "agentfootprint.recording.v1",
+        "run": {"runId": resumed_run, "complete": True, "droppedEvents": 0, "firstRetainedEventIndex": 0},
+        "recording": {
+            "events": [{k: v for k, v in e.items() if k != "seq"} for e in resumed],
+            "snapshot": {"sharedState": {"middlewareDecisions": rows}},
+        },
+    }
+
+    response = agent_client.post_json("/api/v1/recordings", envelope)
+
+    assert response.status_code == 201, response.content[:300]
+    decision = MiddlewareDecision.objects.get(
+        run__run_id=paused_run, middleware="normalize-currency", tool_call_id="t1"
+    )
+    assert (decision.before, decision.after) == (transform["before"], transform["after"])
+
+
 def test_recording_snapshot_row_with_null_after_stores_json_null_and_absent_before_stays_sql_null(agent_client):
     """Key presence survives: `after: null` is JSON null on the row, a missing `before` is SQL NULL."""
     run_id, envelope = _paused_run_recording([_transform_row(before=..., after=None)])

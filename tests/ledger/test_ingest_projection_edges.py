@@ -75,3 +75,45 @@ def test_a_non_string_tool_call_id_projects_the_same_id_on_the_call_and_on_its_e
     event_call_ids = set(RunEvent.objects.values_list("tool_call_id", flat=True))
     assert call_ids <= event_call_ids, (call_ids, event_call_ids)
     assert Run.objects.get().tool_call_count == len(call_ids)
+
+
+def test_a_tool_call_id_used_twice_gives_the_same_row_however_its_events_are_batched(
+    agent_client: ApiClient,
+) -> None:
+    """The latest start and the latest end by seq describe the call, as within one batch: a later
+    end without `error` clears the one an earlier end set."""
+    events = [
+        _event(0, "stream.tool_start", {"toolName": "ping", "toolCallId": "k1", "args": {}}),
+        _event(1, "stream.tool_end", {"toolCallId": "k1", "result": "boom", "error": True, "durationMs": 5}),
+        _event(2, "stream.tool_start", {"toolName": "ping", "toolCallId": "k1", "args": {}}),
+        _event(3, "stream.tool_end", {"toolCallId": "k1", "result": "pong", "durationMs": 6, "status": "success"}),
+    ]
+    fields = ("tool_name", "error", "status", "duration_ms", "start_seq", "end_seq")
+    rows = []
+    for batches in ([events], [events[:2], events[2:]], [events[2:], events[:2]], [[e] for e in reversed(events)]):
+        Run.objects.all().delete()
+        for batch in batches:
+            assert agent_client.ingest(batch).status_code == 200
+        rows.append(ToolCall.objects.values_list(*fields).get())
+    assert rows == [("ping", None, "success", 6, 2, 3)] * 4
+
+
+def test_a_tool_proposal_outrun_by_a_declared_edge_is_a_refusal(agent_client: ApiClient) -> None:
+    """Spec §3.7: `skill.reroute_superseded{source:'tool-proposal'}` is the only record that an
+    accepted proposal was overruled; a reroute from another source refuses nothing."""
+    effect = {
+        "kind": "propose-transition", "outcome": "accepted", "toolName": "classify", "toolCallId": "e2",
+        "iteration": 2, "targetSkillId": "billing", "reason": "classifier said so",
+    }  # fmt: skip
+    reroute = {"volunteeredId": "billing", "wonId": "refunds", "fromSkillId": "triage", "iteration": 2}
+    events = [
+        _event(0, "tools.effect", effect),
+        _event(1, "skill.reroute_superseded", {**reroute, "source": "tool-proposal"}),
+        _event(2, "skill.reroute_superseded", reroute),
+    ]
+    assert agent_client.ingest(events).status_code == 200
+
+    refusal = Refusal.objects.get()
+    assert (refusal.seq, refusal.category, refusal.rule, refusal.iteration) == (1, "effect", "propose-transition", 2)
+    assert refusal.reason == "proposal of 'billing' outrun by a declared edge to 'refunds'"
+    assert Run.objects.get().refusal_count == 1

@@ -178,3 +178,27 @@ def test_anchors_signed_before_the_digest_format_keep_format_1_and_still_hold(ag
     anchor = ChainAnchor.objects.get()
     assert anchor.digest_format == 1
     assert selectors_integrity.anchor_signature_problem(anchor) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_denied_ends_the_runs_a_message_middleware_refused(agent_client) -> None:
+    def decision(run_id: str, seq: int, moment: str) -> dict[str, Any]:
+        payload = {"middleware": "no-pii", "moment": moment, "iteration": 0, "outcome": "deny", "changed": False}
+        return _event(run_id, seq, "middleware.decision", payload)
+
+    events = [
+        _event("input-denied", 0, "agent.turn_start"), decision("input-denied", 1, "input"),
+        _event("tool-denied", 0, "agent.turn_start"), decision("tool-denied", 1, "before-tool"),
+    ]  # fmt: skip
+    assert agent_client.ingest(events).status_code == 200
+    assert Run.objects.get(run_id="input-denied").status == "denied"
+    try:
+        _migrate(("ledger", "0019_anchor_digest_format"))  # backward: the run's latest other status
+        assert dict(Run.objects.values_list("run_id", "status")) == {
+            "input-denied": "running",
+            "tool-denied": "running",
+        }
+    finally:
+        _migrate()
+    assert dict(Run.objects.values_list("run_id", "status")) == {"input-denied": "denied", "tool-denied": "running"}
+    assert Run.objects.get(run_id="input-denied").status_seq == 1

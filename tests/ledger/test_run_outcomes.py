@@ -82,6 +82,28 @@ def test_a_listeners_exception_after_the_turn_ended_does_not_fail_the_run(agent_
     assert _status(agent_client, f"run-{stage}") == expected
 
 
+@pytest.mark.parametrize(
+    ("moment", "outcome", "expected"),
+    [
+        ("input", "deny", Run.Status.DENIED),
+        ("output", "deny", Run.Status.DENIED),
+        ("before-tool", "deny", Run.Status.RUNNING),  # the tool does not run; the loop goes on (spec §1.6)
+        ("input", "allow", Run.Status.RUNNING),
+    ],
+)
+def test_a_message_middlewares_deny_ends_the_run_denied(agent_client, moment, outcome, expected):
+    """Spec §1.6: an input or output deny stops the chart and `run()` throws MessageDeniedError."""
+    run_id = f"run-{moment}-{outcome}"
+    decision = {"middleware": "no-pii", "moment": moment, "iteration": 0, "outcome": outcome, "changed": False}
+    events = [
+        {"seq": 0, "type": "agentfootprint.agent.turn_start", "payload": {}, "meta": {"runId": run_id}},
+        {"seq": 1, "type": "agentfootprint.middleware.decision", "payload": decision, "meta": {"runId": run_id}},
+    ]
+    assert agent_client.ingest(events).status_code == 200
+
+    assert _status(agent_client, run_id) == expected
+
+
 def _root_span_failed_with(event_attributes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     document = json.loads((DATA / "g-otel/otlp-traces.json").read_bytes())
     spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
