@@ -9,7 +9,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Schema
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.http import body_within
@@ -123,7 +123,7 @@ class RunQuery(Schema):
     until: datetime | None = None
     has_refusals: bool = False
     has_open_asks: bool = False
-    q: str | None = None
+    q: str | None = Field(None, max_length=selectors.MAX_SEARCH_CHARS)  # each word is one indexed lookup
     cursor: str | None = None
     limit: int = 50
 

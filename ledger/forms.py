@@ -7,7 +7,7 @@ from footprint_site.lib.times import to_utc
 from ledger.envelopes import parse_json
 from ledger.exceptions import MalformedBody
 from ledger.models import Project, Run
-from ledger.selectors import RunFilter
+from ledger.selectors import MAX_SEARCH_CHARS, RunFilter
 
 
 class DecisionForm(forms.Form):
@@ -45,15 +45,16 @@ class RunFilterForm(forms.Form):
     """The run list's query string. A value that does not parse is dropped, never a 400."""
 
     project = forms.SlugField(required=False)
-    session = forms.CharField(required=False, max_length=200)
+    # Ids are stored whole, however long: a filter by one is never cut short or dropped for its length.
+    session = forms.CharField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "any"), *Run.Status.choices])
-    agent = forms.CharField(required=False, max_length=200)
-    tool = forms.CharField(required=False, max_length=200)
+    agent = forms.CharField(required=False)
+    tool = forms.CharField(required=False)
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
     has_refusals = forms.BooleanField(required=False, label="with refusals")
     has_open_asks = forms.BooleanField(required=False, label="with open asks")
-    q = forms.CharField(required=False, max_length=200, label="Search payloads")
+    q = forms.CharField(required=False, max_length=MAX_SEARCH_CHARS, label="Search payloads")
 
     def clean_since(self) -> datetime | None:
         return self._storable(self.cleaned_data.get("since"))

@@ -12,7 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
-from django.db.models import OuterRef, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -229,6 +229,10 @@ class RunSearchChunk(models.Model):
 
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):
+    def unfinished(self) -> "ToolCallQuerySet":
+        """Calls started and not ended since: no end, or (an id used twice) none after the latest start."""
+        return self.filter(Q(end_seq__isnull=True) | Q(end_seq__lt=F("start_seq")), start_seq__isnull=False)
+
     def with_args_and_result(self) -> "ToolCallQuerySet":
         """Each call with `args` and `result` as sent, read from its start and end events (None
         while that event has not arrived). The projection keeps no copy of them: the stored event

@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
+from django.db import connection
 from django.db.models import BigIntegerField, Case, Count, Min, OuterRef, Q, QuerySet, Subquery, When
 from django_stubs_ext import WithAnnotations
 
@@ -266,12 +267,10 @@ def resumed_tool_calls(calls: QuerySet[ToolCall]) -> "QuerySet[WithAnnotations[T
     with other runs' in one query. An origin is always in the call's own project; scoping `calls`
     to a user is the caller's part.
     """
-    starts = ToolCall.objects.filter(
+    starts = ToolCall.objects.unfinished().filter(
         run__project_id=OuterRef("run__project_id"),
         run_id__lt=OuterRef("run_id"),
         tool_call_id=OuterRef("tool_call_id"),
-        start_seq__isnull=False,
-        end_seq__isnull=True,
     )
     latest_of_session = (
         starts.filter(run__session_id=OuterRef("run__session_id")).order_by("-run_id").values("run_id")[:1]
@@ -304,20 +303,73 @@ def _origin_of(call: ToolCall) -> ToolCall | None:
 
 
 PERMISSION_EVENTS = ("agentfootprint.permission.check", "agentfootprint.permission.halt")
+# Dispatch steps whose payload names the call's tool (`tool`), not the call (spec §1.8 steps 8-11).
+TOOL_NAMED_EVENTS = (
+    "agentfootprint.artifacts.resolved",
+    "agentfootprint.artifacts.refused",
+    "agentfootprint.artifacts.minted",
+    "agentfootprint.artifacts.expired",
+    "agentfootprint.credential.failed",
+)
 
 
-def _permission_steps(call: ToolCall, start_run: Run, start_seq: int, end_seq: int | None) -> Q:
-    """The permission gate of this call (spec §1.8, step 2): its payload names the tool as
-    `target`, not the call, so it is the first check (and halt) of that tool after the call's start."""
-    window = Q(run=start_run, type__in=PERMISSION_EVENTS, seq__gt=start_seq, doc__payload__target=call.tool_name)
-    if end_seq is not None:
-        window &= Q(seq__lt=end_seq)
-    first_of_each = [
-        pk
-        for type_ in PERMISSION_EVENTS
-        if (pk := RunEvent.objects.filter(window, type=type_).order_by("seq").values_list("pk", flat=True).first())
-    ]
-    return Q(pk__in=first_of_each)
+@dataclass(frozen=True)
+class CallWindow:
+    """Where a call's steps that name its tool, not the call, may be: after its start, before its end."""
+
+    run_pk: int
+    tool_call_id: str
+    tool_name: str
+    start_seq: int
+    end_seq: int | None
+
+
+_TOOL_NAMED_STEPS_SQL = """
+SELECT w.tool_call_id, e.position
+FROM unnest(%(runs)s::bigint[], %(calls)s::text[], %(tools)s::text[], %(starts)s::int[], %(ends)s::int[])
+    AS w(run_id, tool_call_id, tool_name, start_seq, end_seq)
+JOIN LATERAL (
+    -- The permission gate names the tool as `target`: the first check, and halt, of that tool.
+    (SELECT p.position, p.seq FROM ledger_runevent p WHERE p.run_id = w.run_id AND p.type = %(check)s
+       AND p.seq > w.start_seq AND (w.end_seq IS NULL OR p.seq < w.end_seq)
+       AND p.doc -> 'payload' ->> 'target' = w.tool_name ORDER BY p.seq LIMIT 1)
+    UNION ALL
+    (SELECT p.position, p.seq FROM ledger_runevent p WHERE p.run_id = w.run_id AND p.type = %(halt)s
+       AND p.seq > w.start_seq AND (w.end_seq IS NULL OR p.seq < w.end_seq)
+       AND p.doc -> 'payload' ->> 'target' = w.tool_name ORDER BY p.seq LIMIT 1)
+    UNION ALL
+    -- Wants resolution, the tool's own store calls and credentials name it as `tool`: all of them.
+    SELECT a.position, a.seq FROM ledger_runevent a WHERE a.run_id = w.run_id AND a.type = ANY(%(named)s)
+       AND a.seq > w.start_seq AND (w.end_seq IS NULL OR a.seq < w.end_seq)
+       AND a.doc -> 'payload' ->> 'tool' = w.tool_name
+) AS e ON true
+"""
+
+
+def tool_named_steps(windows: list[CallWindow]) -> dict[str, list[int]]:
+    """The positions, in each window's run, of the events of the call's dispatch that name its tool
+    rather than the call (spec §1.8), by call id: they are the call's when they fall between its
+    start and its end."""
+    if not windows:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            _TOOL_NAMED_STEPS_SQL,
+            {
+                "runs": [w.run_pk for w in windows],
+                "calls": [w.tool_call_id for w in windows],
+                "tools": [w.tool_name for w in windows],
+                "starts": [w.start_seq for w in windows],
+                "ends": [w.end_seq for w in windows],
+                "check": PERMISSION_EVENTS[0],
+                "halt": PERMISSION_EVENTS[1],
+                "named": list(TOOL_NAMED_EVENTS),
+            },
+        )
+        found: dict[str, list[int]] = {}
+        for call_id, position in cur.fetchall():
+            found.setdefault(call_id, []).append(position)
+    return found
 
 
 def _model_read(refusal: Refusal, payload: dict[str, Any], call: ToolCall | None) -> tuple[str | None, str | None]:
@@ -361,9 +413,14 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
             of_call |= Q(pk=event.pk)  # an inferred call: the refusing event names no call id
         began = origin if origin is not None else call
         if began.start_seq is not None and call.tool_name:
-            of_call |= _permission_steps(
-                call, origin_run or run, began.start_seq, None if origin is not None else call.end_seq
+            window = CallWindow(
+                (origin_run or run).pk,
+                call.tool_call_id,
+                call.tool_name,
+                began.start_seq,
+                None if origin is not None else call.end_seq,
             )
+            of_call |= Q(run_id=window.run_pk, position__in=tool_named_steps([window]).get(call.tool_call_id, []))
         # The run that began the call has the lower id, so its part of the dispatch comes first.
         steps = (
             RunEvent.objects.filter(of_call)

@@ -15,9 +15,9 @@ from django.db import connection
 from django.db.models import F, Q, Value
 
 from artifacts.models import Artifact
-from ledger.models import Ask, MiddlewareDecision, OtlpSpan, PermissionVerdict, Refusal, Run, RunEvent, ToolCall
+from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
 from ledger.selectors_integrity import integrity_check_latest
-from ledger.selectors_refusals import resumed_tool_calls
+from ledger.selectors_refusals import CallWindow, resumed_tool_calls, tool_named_steps
 
 TIMELINE_PAGE = 100
 DISPATCH_PAGE = 25
@@ -156,7 +156,7 @@ def run_resume_links(*, run: Run, tool_call_ids: list[str] | None = None) -> lis
     """The runs of the run's project linked to it by a resume, earliest first, paired call by call
     by the refusal tracer's rule (`resumed_tool_calls`: same session, no guess); only for
     `tool_call_ids` when given."""
-    paused_here = ToolCall.objects.filter(run=run, start_seq__isnull=False, end_seq__isnull=True)
+    paused_here = ToolCall.objects.unfinished().filter(run=run)
     resumed_here = resumed_tool_calls(ToolCall.objects.filter(run=run)).filter(origin_run_id__isnull=False)
     resumed_later = resumed_tool_calls(
         ToolCall.objects.filter(
@@ -318,27 +318,44 @@ def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -
         return []
     ids = [call.tool_call_id for call in calls]
     links = run_resume_links(run=run, tool_call_ids=ids)
+    # Steps naming the tool rather than the call (the permission gate, wants resolution, store
+    # calls) are the call's when they fall between its start and end in this run.
+    named = tool_named_steps(
+        [
+            CallWindow(run.pk, call.tool_call_id, call.tool_name, call.start_seq, call.end_seq)
+            for call in calls
+            if call.start_seq is not None and call.tool_name
+        ]
+    )
+    owner_of = {position: call_id for call_id, found in named.items() for position in found}
     with connection.cursor() as cur:
         # The run that began a call has the lower id, so its part of the dispatch comes first.
         cur.execute(
             """
-            SELECT e.tool_call_id, e.seq, e.position, r.run_id, e.type, e.doc -> 'payload' ->> 'moment',
-                   footprint_payload_gist(e.doc, %(gist_keys)s)
+            SELECT e.tool_call_id, e.run_id, e.seq, e.position, r.run_id, e.type,
+                   e.doc -> 'payload' ->> 'moment', footprint_payload_gist(e.doc, %(gist_keys)s)
             FROM unnest(%(runs)s::bigint[], %(ids)s::text[]) AS linked(run_id, tool_call_id)
             JOIN ledger_runevent e ON e.run_id = linked.run_id AND e.tool_call_id = linked.tool_call_id
             JOIN ledger_run r ON r.id = e.run_id
-            ORDER BY e.run_id, e.position
+            UNION ALL
+            SELECT NULL, e.run_id, e.seq, e.position, r.run_id, e.type,
+                   e.doc -> 'payload' ->> 'moment', footprint_payload_gist(e.doc, %(gist_keys)s)
+            FROM ledger_runevent e JOIN ledger_run r ON r.id = e.run_id
+            WHERE e.run_id = %(run)s AND e.position = ANY(%(named)s)
+            ORDER BY 2, 4
             """,
             {
                 "runs": [run.pk] * len(ids) + [link.run.pk for link in links],
                 "ids": ids + [link.tool_call_id for link in links],
+                "run": run.pk,
+                "named": list(owner_of),
                 "gist_keys": list(GIST_KEYS),
             },
         )
         steps: dict[str, list[DispatchStep]] = {call_id: [] for call_id in ids}
-        for call_id, seq, position, run_id, type_, moment, gist in cur.fetchall():
+        for call_id, _, seq, position, run_id, type_, moment, gist in cur.fetchall():
             fields = _fields(gist)
-            steps[call_id].append(
+            steps[call_id or owner_of[position]].append(
                 DispatchStep(
                     seq,
                     position,
@@ -383,14 +400,36 @@ class VerdictRow:
     diff: list[DiffLine]
 
 
-def run_verdicts_by_moment(*, run: Run) -> list[tuple[str, list[VerdictRow]]]:
-    """Middleware decisions grouped by moment in the spec's order (others after), each with a
-    line diff of before/after where a recording supplied them."""
+def _page_by_seq(lists: list[list[Any]]) -> tuple[list[list[Any]], int | None]:
+    """Rows of seq-ordered lists, each read up to TAB_LIMIT + 1 past one seq, and the seq the next
+    page starts after. Every list is cut at the lowest seq any was cut at, so the next page neither
+    repeats nor skips a row of any of them."""
+    cuts = [rows[TAB_LIMIT - 1].seq for rows in lists if len(rows) > TAB_LIMIT]
+    if not cuts:
+        return lists, None
+    cut = min(cuts)
+    return [[row for row in rows if row.seq <= cut] for rows in lists], cut
+
+
+def run_verdicts_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
+    """A page of the run's middleware decisions, grouped by moment in the spec's order (others
+    after), each with a line diff of before/after where a recording supplied them, and of its
+    permission verdicts; `next_after_seq` when more follow."""
+    (decisions, verdicts), next_after_seq = _page_by_seq(
+        [
+            list(run.decisions.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1]),
+            list(run.verdicts.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1]),
+        ]
+    )
     grouped: dict[str, list[VerdictRow]] = {}
-    for decision in run.decisions.order_by("seq")[:TAB_LIMIT]:
+    for decision in decisions:
         grouped.setdefault(decision.moment, []).append(VerdictRow(decision, _diff(decision)))
     order = [m for m in MOMENTS if m in grouped] + sorted(m for m in grouped if m not in MOMENTS)
-    return [(moment, grouped[moment]) for moment in order]
+    return {
+        "moments": [(moment, grouped[moment]) for moment in order],
+        "verdicts": verdicts,
+        "next_after_seq": next_after_seq,
+    }
 
 
 def _diff(decision: MiddlewareDecision) -> list[DiffLine]:
@@ -426,12 +465,12 @@ def run_events_of_types(*, run: Run, types: tuple[str, ...]) -> list[TimelineRow
     return _timeline_rows(_EVENTS_OF_TYPES_SQL, {"run": run.pk, "types": list(types), "limit": TAB_LIMIT})
 
 
-def run_permission_verdicts(*, run: Run) -> list[PermissionVerdict]:
-    return list(run.verdicts.order_by("seq")[:TAB_LIMIT])
-
-
-def run_refusals(*, run: Run) -> list[Refusal]:
-    return list(run.refusals.order_by("seq")[:TAB_LIMIT])
+def run_refusals_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
+    """A page of the run's refusals in seq order; `next_after_seq` when more follow."""
+    (refusals,), next_after_seq = _page_by_seq(
+        [list(run.refusals.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1])]
+    )
+    return {"refusals": refusals, "next_after_seq": next_after_seq}
 
 
 def run_asks(*, run: Run) -> list[Ask]:

@@ -94,12 +94,9 @@ def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
     if tab == "tools":
         return _dispatch_context(run, after_id=int_param(request, "after", 0))
     if tab == "verdicts":
-        return {
-            "moments": run_page.run_verdicts_by_moment(run=run),
-            "verdicts": run_page.run_permission_verdicts(run=run),
-        }
+        return run_page.run_verdicts_page(run=run, after_seq=int_param(request, "after_seq", -1))
     if tab == "refusals":
-        return {"refusals": run_page.run_refusals(run=run)}
+        return run_page.run_refusals_page(run=run, after_seq=int_param(request, "after_seq", -1))
     if tab == "artifacts":
         return run_page.run_artifact_activity(run=run)
     if tab == "asks":

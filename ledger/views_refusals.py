@@ -25,9 +25,10 @@ class RefusalFilterForm(forms.Form):
     """Query-string filters. A value that does not parse is dropped (and reported), never a 400."""
 
     category = forms.ChoiceField(choices=[("", "any"), *Refusal.Category.choices], required=False)
-    rule = forms.CharField(required=False, max_length=500)
-    tool = forms.CharField(required=False, max_length=500)
-    agent = forms.CharField(required=False, max_length=500)
+    # Rules, tools and agents are stored whole, however long: a filter by one is never dropped for its length.
+    rule = forms.CharField(required=False)
+    tool = forms.CharField(required=False)
+    agent = forms.CharField(required=False)
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
 

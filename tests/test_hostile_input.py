@@ -1585,7 +1585,14 @@ def test_a_long_run_search_is_just_a_search(two_runs):
         assert response.status_code == 200, shown(response)
         assert response.json()["runs"] == []
 
-    each({p: p for p in ("q", "session", "agent", "tool")}, check)
+    each({p: p for p in ("session", "agent", "tool")}, check)
+
+
+def test_a_search_over_its_length_limit_is_422_naming_it(two_runs):
+    """Each word of a search is one indexed lookup: a search is at most 200 characters, as on the run list."""
+    with writes_nothing():
+        refused(send(two_runs.agent, "GET", f"/api/v1/runs?q={quote(random_text(100_000))}"), 422, None, ("q",))
+    assert send(two_runs.agent, "GET", f"/api/v1/runs?q={'a' * 200}").status_code == 200
 
 
 def test_reading_a_run_by_a_malformed_id_is_404(world):

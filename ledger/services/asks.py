@@ -379,7 +379,8 @@ def _run_of_pause(project: Project, event: Event, tool_call_id: str) -> str:
     if event.run_id != CONSUMER_SCOPE:
         return event.run_id
     call = (
-        ToolCall.objects.filter(run__project=project, tool_call_id=tool_call_id, end_seq__isnull=True)
+        ToolCall.objects.unfinished()
+        .filter(run__project=project, tool_call_id=tool_call_id)
         .select_related("run")
         .order_by("-run__id")
         .first()
