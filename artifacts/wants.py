@@ -84,7 +84,12 @@ def _describe_live_ref(meta: dict[str, Any]) -> str:
     return f"{meta['ref']} ({meta['bytes']} bytes)"
 
 
-def _describe_spoken(spoken: Any) -> str:
+INHERITED = object()  # an argument name only Object.prototype holds: a function, or (__proto__) an object
+
+
+def _describe_spoken(spoken: Any, arg_name: str = "") -> str:
+    if spoken is INHERITED:
+        return "a object" if arg_name == "__proto__" else "a function"
     if spoken is None:
         return "null"
     if isinstance(spoken, list):
@@ -137,7 +142,7 @@ def wants_resolve(
     resolved: list[dict[str, Any]] = []
     next_args = dict(args)
     for arg_name, kind in js_entries(wants):
-        if arg_name not in args:
+        if not js_has_property(args, arg_name):
             if arg_name not in required_names:
                 continue
             refusals.append(
@@ -154,7 +159,8 @@ def wants_resolve(
                 )
             )
             continue
-        spoken = args[arg_name]
+        # `argName in args` also finds Object.prototype's members, which the seed then reads as spoken.
+        spoken = args.get(arg_name, INHERITED)
         if not isinstance(spoken, str) or not js_trim(spoken):
             refusals.append(
                 Refusal(
@@ -163,7 +169,7 @@ def wants_resolve(
                     "invalid-input",
                     (
                         f"'{arg_name}' must be an artifact ref STRING (an art_… ticket), not "
-                        f"{_describe_spoken(spoken)} — this tool declares it wants '{kind}' there and the "
+                        f"{_describe_spoken(spoken, arg_name)} — this tool declares it wants '{kind}' there and the "
                         "framework resolves the ref for you; never inline the data. "
                         f"{_live_refs_clause(kind, _live_refs_of_kind(store, scope, kind))}"
                     ),

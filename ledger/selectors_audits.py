@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Case, When
 
 from ledger.audit import ZERO_HASH, verify_bundles, whole_number
 from ledger.envelopes import parse_json_keeping_lone_surrogates, text_copy
@@ -35,7 +36,7 @@ def _segments_of(document: Any) -> list[dict[str, Any]]:
 MAX_PREDECESSOR_CANDIDATES = 20  # copies of one segment compared; each costs a SHA-256 of its body
 
 
-def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
+def audit_bundle_verdict(*, project: Project, body: bytes, checking: frozenset[int] = frozenset()) -> BundleCheck:
     """The framework's `verifyAuditBundle` answer plus `continuity`: how the first segment joins
     the chain already stored for this project: `genesis` (it starts a chain), `continues` (its
     chainHead is a stored bundle's finalHash and its firstSeq follows on; `predecessorValid` says
@@ -49,7 +50,7 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
         raise AuditBundleInvalid("A record nests too deeply to canonicalize (afp-cjson/1 recursion limit).") from None
     head, first_seq = segments[0]["header"].get("chainHead"), whole_number(segments[0]["header"].get("firstSeq"))
     previous, predecessor_valid = (
-        _predecessor(project=project, head=head, first_seq=first_seq, body=body)
+        _predecessor(project=project, head=head, first_seq=first_seq, body=body, checking=checking)
         if isinstance(head, str)
         else (None, False)
     )
@@ -74,21 +75,27 @@ def audit_bundle_verdict(*, project: Project, body: bytes) -> BundleCheck:
     return BundleCheck(segments, text_copy({**verdict, "continuity": continuity}), previous)
 
 
-def _predecessor(*, project: Project, head: str, first_seq: int | None, body: bytes) -> tuple[AuditBundle | None, bool]:
+def _predecessor(
+    *, project: Project, head: str, first_seq: int | None, body: bytes, checking: frozenset[int]
+) -> tuple[AuditBundle | None, bool]:
     """The stored bundle whose finalHash is this chainHead, and whether its own verdict is valid.
 
     Copies may share a finalHash (a tampered or truncated copy keeps the sound one's): the sound
-    one this segment's firstSeq follows wins, then any sound one, then the latest. Never the
-    bundle itself: an empty segment's chainHead is its own finalHash.
+    one this segment's firstSeq follows wins, then any sound one, then the latest; those whose
+    verdict at import was valid are read first, so copies stored later cannot crowd them out.
+    Never the bundle itself (an empty segment's chainHead is its own finalHash), nor one being
+    verified further up (`checking`: an edited stored body is verified again, and edited columns
+    could otherwise lead a lookup round in a circle).
     """
     candidates = (
         AuditBundle.objects.filter(project=project, final_hash=text_copy(head))
         .exclude(sha256=hashlib.sha256(body).digest())
-        .order_by("-id")[:MAX_PREDECESSOR_CANDIDATES]
+        .exclude(pk__in=checking)
+        .order_by(Case(When(verdict__valid=True, then=0), default=1), "-id")[:MAX_PREDECESSOR_CANDIDATES]
     )
     ranked = []
     for candidate in candidates:
-        valid = audit_bundle_stored_verdict(bundle=candidate)[0].get("valid") is True
+        valid = audit_bundle_stored_verdict(bundle=candidate, checking=checking)[0].get("valid") is True
         follows = (candidate.first_seq or 0) + candidate.record_count == first_seq
         ranked.append(((valid and follows, valid), candidate))
     if not ranked:
@@ -109,7 +116,9 @@ def audit_bundle_broken_record(*, body: bytes, verdict: dict[str, Any]) -> dict[
     return None
 
 
-def audit_bundle_stored_verdict(*, bundle: AuditBundle) -> tuple[dict[str, Any], bool]:
+def audit_bundle_stored_verdict(
+    *, bundle: AuditBundle, checking: frozenset[int] = frozenset()
+) -> tuple[dict[str, Any], bool]:
     """The verdict to show for a stored bundle, and whether its body changed since it was imported.
 
     The import's verdict stands while the body still has the SHA-256 it arrived with; a body
@@ -119,7 +128,7 @@ def audit_bundle_stored_verdict(*, bundle: AuditBundle) -> tuple[dict[str, Any],
     if hashlib.sha256(body).digest() == bytes(bundle.sha256):
         return bundle.verdict, False
     try:
-        verdict = audit_bundle_verdict(project=bundle.project, body=body).verdict
+        verdict = audit_bundle_verdict(project=bundle.project, body=body, checking=checking | {bundle.pk}).verdict
     except (MalformedBody, AuditBundleInvalid) as exc:
         verdict = {"valid": False, "recordsChecked": 0, "reason": f"the stored body is no longer a bundle: {exc}"}
     return {**verdict, "continuity": bundle.verdict.get("continuity", {})}, True

@@ -576,6 +576,15 @@ def test_resolve_wants_argument_named_like_an_inherited_property_passes_the_prop
     assert response.status_code == 200, response.content
 
 
+@pytest.mark.parametrize(("name", "spoken"), [("toString", "a function"), ("__proto__", "a object")])
+def test_resolve_reads_an_argument_only_the_prototype_holds_as_spoken_as_javascript_does(d_store, name, spoken):
+    """The seed tests `argName in args`, which finds Object.prototype's members: it refuses their value."""
+    response = d_store.resolve_raw(SCOPE, "t", {name: "k"}, {})
+    assert response.status_code == 200, response.content
+    refusal = response.json()["refusals"][0]
+    assert refusal["detail"].startswith(f"'{name}' must be an artifact ref STRING (an art_… ticket), not {spoken} — ")
+
+
 # --- the live-refs listing rule (§6.3): newest first, 10 listed, 200 scanned ----------------------
 def test_resolve_lists_at_most_ten_live_refs_newest_first(harness):
     store = harness.create_store()

@@ -8,6 +8,7 @@ import pytest
 from footprint_site.lib.cjson import canonical
 from ledger.audit import build_bundle, record_hash, verify_bundles
 from ledger.models import AuditBundle
+from ledger.selectors_audits import audit_bundle_stored_verdict
 from tests.conftest import DATA, fixture_events, load_fixture
 
 pytestmark = pytest.mark.django_db
@@ -240,6 +241,32 @@ def test_an_empty_segment_sent_again_still_continues_its_predecessor_not_itself(
         }
     )
     assert AuditBundle.objects.get(pk=once["id"]).continues_id == seg1["id"]
+
+
+def _edit_stored_body(bundle_id):
+    edited = json.loads(bytes(AuditBundle.objects.get(pk=bundle_id).body))
+    edited["header"]["exportedAt"] = 1  # any edit of the stored bytes
+    AuditBundle.objects.filter(pk=bundle_id).update(body=json.dumps(edited).encode())
+
+
+def test_an_edited_empty_segment_is_verified_again_and_continued_without_looking_itself_up(agent_client):
+    """An edited stored body is verified again; an empty segment's chainHead is its own finalHash,
+    so that check must not find the bundle itself (it recursed until Python's limit: a 500)."""
+    first, second = load_fixture("f-audit/segments.json")["segments"]
+    agent_client.post_json("/api/v1/audit-bundles", first)
+    empty = {
+        "header": {**first["header"], "firstSeq": 52, "recordCount": 0, "chainHead": first["finalHash"]},
+        "records": [],
+        "finalHash": first["finalHash"],
+    }
+    empty_id = agent_client.post_json("/api/v1/audit-bundles", empty).json()["id"]
+    _edit_stored_body(empty_id)
+
+    verdict, changed = audit_bundle_stored_verdict(bundle=AuditBundle.objects.get(pk=empty_id))
+    assert (changed, verdict["valid"]) == (True, True)
+    response = agent_client.post_json("/api/v1/audit-bundles", second)
+    assert response.status_code == 201, response.content[:300]
+    assert response.json()["valid"] is True
 
 
 def test_import_refuses_what_is_not_a_bundle(agent_client):
