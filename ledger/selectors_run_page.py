@@ -94,8 +94,8 @@ _EVENTS_OF_TYPES_SQL = """
     SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
            left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
     FROM ledger_runevent e
-    WHERE e.run_id = %(run)s AND e.type = ANY(%(types)s)
-    ORDER BY e.position LIMIT %(limit)s
+    WHERE e.run_id = %(run)s AND e.type = ANY(%(types)s) AND e.seq > %(after_seq)s
+    ORDER BY e.seq LIMIT %(limit)s
 """
 
 
@@ -449,20 +449,26 @@ _ARTIFACT_EVENT_TYPES = tuple(
 )
 
 
-def run_artifact_activity(*, run: Run) -> dict[str, Any]:
-    """Artifact events of the run (minted, resolved, expired, refused, presented) and the stored
-    artifacts whose origin is this run."""
-    events = run_events_of_types(run=run, types=_ARTIFACT_EVENT_TYPES)
+def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
+    """A page of the run's artifact events (minted, resolved, expired, refused, presented), with
+    `next_after_seq` when more follow, and the first stored artifacts whose origin is this run
+    (`stored_more` when there are more: the project's artifact list filters by run)."""
+    rows = _timeline_rows(
+        _EVENTS_OF_TYPES_SQL,
+        {"run": run.pk, "types": list(_ARTIFACT_EVENT_TYPES), "limit": TAB_LIMIT + 1, "after_seq": after_seq},
+    )
+    (events,), next_after_seq = _page_by_seq([rows])
     stored = list(
         Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id)
         .defer("origin")
-        .order_by("created_at")[:TAB_LIMIT]
+        .order_by("created_at")[: TAB_LIMIT + 1]
     )
-    return {"artifact_events": events, "stored_artifacts": stored}
-
-
-def run_events_of_types(*, run: Run, types: tuple[str, ...]) -> list[TimelineRow]:
-    return _timeline_rows(_EVENTS_OF_TYPES_SQL, {"run": run.pk, "types": list(types), "limit": TAB_LIMIT})
+    return {
+        "artifact_events": events,
+        "next_after_seq": next_after_seq,
+        "stored_artifacts": stored[:TAB_LIMIT],
+        "stored_more": len(stored) > TAB_LIMIT,
+    }
 
 
 def run_refusals_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:

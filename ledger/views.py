@@ -98,7 +98,7 @@ def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
     if tab == "refusals":
         return run_page.run_refusals_page(run=run, after_seq=int_param(request, "after_seq", -1))
     if tab == "artifacts":
-        return run_page.run_artifact_activity(run=run)
+        return run_page.run_artifact_activity(run=run, after_seq=int_param(request, "after_seq", -1))
     if tab == "asks":
         return {"asks": run_page.run_asks(run=run)}
     return {"spans": run_page.run_otlp_spans(run=run)}

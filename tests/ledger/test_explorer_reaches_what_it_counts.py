@@ -101,6 +101,24 @@ def test_verdicts_tab_pages_through_every_middleware_decision(auditor_client: Cl
     assert [html.count('class="decision-row"') for html in pages] == [200, 5]
 
 
+def test_artifacts_tab_pages_through_every_artifact_event(auditor_client: Client, agent_client: ApiClient) -> None:
+    minted = [
+        _event("run-mints", i, "artifacts.minted", {"ref": f"art_{i:022d}", "kind": "k", "tool": "t"})
+        for i in range(205)
+    ]
+    _ingest(agent_client, minted)
+    pages = _all_pages(auditor_client, "/projects/acme/runs/run-mints/tab/artifacts/")
+    tables = [
+        html[
+            html.index('<table class="artifact-events">') : html.index(
+                "</table>", html.index('<table class="artifact-events">')
+            )
+        ]
+        for html in pages
+    ]
+    assert [table.count("<tr><td>") for table in tables] == [200, 5]
+
+
 # --- run page: the tool call's dispatch --------------------------------------------------------
 
 
