@@ -10,6 +10,7 @@ from django.test import Client
 
 from ledger.models import Refusal, Run
 from tests.conftest import ApiClient, fixture_events
+from tests.ledger.test_views_refusals import _html, _ingest
 
 pytestmark = pytest.mark.django_db
 
@@ -23,16 +24,6 @@ def _event(run_id: str, seq: int, type_: str, payload: Any, **meta: Any) -> dict
         "payload": payload,
         "meta": {"runId": run_id, "wallClockMs": 1_760_000_000_000 + seq, **meta},
     }
-
-
-def _ingest(client: ApiClient, events: list[dict[str, Any]]) -> None:
-    response = client.ingest(events)
-    assert response.status_code == 200, response.content
-
-
-def _html(response: Any) -> str:
-    assert response.status_code == 200, response.status_code
-    return response.content.decode()
 
 
 def _denies(run_id: str, n: int) -> list[dict[str, Any]]:
