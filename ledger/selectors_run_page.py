@@ -156,12 +156,12 @@ def run_resume_links(*, run: Run, tool_call_ids: list[str] | None = None) -> lis
     """The runs of the run's project linked to it by a resume, earliest first, paired call by call
     by the refusal tracer's rule (`resumed_tool_calls`: same session, no guess); only for
     `tool_call_ids` when given."""
-    paused_here = ToolCall.objects.unfinished().filter(run=run)
+    # Read first, not as a subquery: PostgreSQL cannot estimate how few calls are unfinished
+    # (end_seq < start_seq) and scanned every later run's calls for them (9 ms on 100,000 runs).
+    paused_here = list(ToolCall.objects.unfinished().filter(run=run).values_list("tool_call_id", flat=True))
     resumed_here = resumed_tool_calls(ToolCall.objects.filter(run=run)).filter(origin_run_id__isnull=False)
     resumed_later = resumed_tool_calls(
-        ToolCall.objects.filter(
-            run__project_id=run.project_id, run_id__gt=run.pk, tool_call_id__in=paused_here.values("tool_call_id")
-        )
+        ToolCall.objects.filter(run__project_id=run.project_id, run_id__gt=run.pk, tool_call_id__in=paused_here)
     ).filter(origin_run_id=run.pk)
     if tool_call_ids is not None:
         resumed_here = resumed_here.filter(tool_call_id__in=tool_call_ids)
