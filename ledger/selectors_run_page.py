@@ -479,17 +479,32 @@ def run_refusals_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     return {"refusals": refusals, "next_after_seq": next_after_seq}
 
 
-def run_asks(*, run: Run) -> list[Ask]:
-    return list(
-        Ask.objects.filter(project_id=run.project_id, run_id=run.run_id)
+def _page_by_key(rows: list[Any], key: str) -> tuple[list[Any], int | None]:
+    """Rows read up to TAB_LIMIT + 1 in the order of a unique `key`, and the key the next page
+    starts after."""
+    if len(rows) <= TAB_LIMIT:
+        return rows, None
+    return rows[:TAB_LIMIT], getattr(rows[TAB_LIMIT - 1], key)
+
+
+def run_asks_page(*, run: Run, after_id: int = 0) -> dict[str, Any]:
+    """A page of the run's asks in the order they were opened; `next_after` when more follow."""
+    asks = (
+        Ask.objects.filter(project_id=run.project_id, run_id=run.run_id, pk__gt=after_id)
         .defer("checkpoint", "pause_data")
-        .order_by("created_at", "pk")[:TAB_LIMIT]
+        .order_by("pk")
     )
+    rows, next_after = _page_by_key(list(asks[: TAB_LIMIT + 1]), "pk")
+    return {"asks": rows, "next_after": next_after}
 
 
-def run_otlp_spans(*, run: Run) -> list[OtlpSpan]:
-    """For a run fed over OTLP: its spans, each with the seqs of the events it was mapped to."""
+def run_otlp_spans_page(*, run: Run, after_number: int = -1) -> dict[str, Any]:
+    """For a run fed over OTLP: a page of its spans in the order received, each with the seqs of
+    the events it was mapped to; `next_after` (a span number) when more follow."""
     if run.source != Run.Source.OTLP or not run.run_id.startswith("otlp-"):
-        return []
-    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=run.run_id.removeprefix("otlp-"))
-    return list(spans.defer("raw").order_by("span_number")[:TAB_LIMIT])
+        return {"spans": [], "next_after": None}
+    spans = OtlpSpan.objects.filter(
+        project_id=run.project_id, trace_id=run.run_id.removeprefix("otlp-"), span_number__gt=after_number
+    )
+    rows, next_after = _page_by_key(list(spans.defer("raw").order_by("span_number")[: TAB_LIMIT + 1]), "span_number")
+    return {"spans": rows, "next_after": next_after}

@@ -100,8 +100,8 @@ def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
     if tab == "artifacts":
         return run_page.run_artifact_activity(run=run, after_seq=int_param(request, "after_seq", -1))
     if tab == "asks":
-        return {"asks": run_page.run_asks(run=run)}
-    return {"spans": run_page.run_otlp_spans(run=run)}
+        return run_page.run_asks_page(run=run, after_id=int_param(request, "after", 0))
+    return run_page.run_otlp_spans_page(run=run, after_number=int_param(request, "after", -1))
 
 
 def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, object] | None = None) -> HttpResponse:

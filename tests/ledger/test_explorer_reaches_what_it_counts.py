@@ -2,14 +2,15 @@
 that name the tool rather than the call, a reused call id still traces its resume, a search gives
 the same runs before and after indexing, and a filter by a long id is kept."""
 
+import json
 import re
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from ledger.models import Refusal, Run
-from tests.conftest import ApiClient, fixture_events
+from ledger.models import Ask, Project, Refusal, Run
+from tests.conftest import DATA, ApiClient, fixture_events
 from tests.ledger.test_views_refusals import _html, _ingest
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +109,39 @@ def test_artifacts_tab_pages_through_every_artifact_event(auditor_client: Client
         for html in pages
     ]
     assert [table.count("<tr><td>") for table in tables] == [200, 5]
+
+
+def test_asks_tab_pages_through_every_ask_of_the_run(
+    auditor_client: Client, agent_client: ApiClient, project: Project
+) -> None:
+    _ingest(agent_client, _denies("run-asks", 1))
+    Ask.objects.bulk_create(
+        Ask(project=project, run_id="run-asks", tool_call_id=f"q{i}", kind=Ask.Kind.PLAIN, pause_data={})
+        for i in range(205)
+    )
+    pages = _all_pages(auditor_client, "/projects/acme/runs/run-asks/tab/asks/")
+    listed = [
+        int(pk) for html in pages for pk in re.findall(r'href="/asks/(\d+)/"', html[html.index('<ul class="asks">') :])
+    ]
+    assert [len(re.findall(r'href="/asks/\d+/"', html[html.index('<ul class="asks">') :])) for html in pages] == [
+        200,
+        5,
+    ]
+    assert listed == sorted(Ask.objects.filter(run_id="run-asks").values_list("pk", flat=True))
+
+
+def test_spans_tab_pages_through_every_span_of_the_trace(auditor_client: Client, agent_client: ApiClient) -> None:
+    document = json.loads((DATA / "g-otel/otlp-traces.json").read_bytes())
+    scope_spans = document["resourceSpans"][0]["scopeSpans"][0]
+    template = scope_spans["spans"][0]
+    scope_spans["spans"] = [{**template, "spanId": f"{i + 1:016x}", "parentSpanId": ""} for i in range(205)]
+    agent_client.raise_request_exception = False
+    assert agent_client.post("/v1/traces", json.dumps(document), content_type="application/json").status_code == 200
+    run = Run.objects.get(source=Run.Source.OTLP)
+    pages = _all_pages(auditor_client, f"/projects/acme/runs/{run.run_id}/tab/spans/")
+    numbers = [int(n) for html in pages for n in re.findall(r'<tr class="span-row"><td>(\d+)</td>', html)]
+    assert [html.count('<tr class="span-row">') for html in pages] == [200, 5]
+    assert numbers == list(range(205))
 
 
 # --- run page: the tool call's dispatch --------------------------------------------------------
