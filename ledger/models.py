@@ -117,8 +117,9 @@ class Run(models.Model):
     # Records [0, search_indexed) are in the full-text index (RunSearchChunk); the worker catches
     # up in the background, and searches read the rest of the chain directly.
     search_indexed = models.IntegerField(db_default=0)
-    # A recording of the run is stored: decisions projected after it (a late batch) gain the
-    # before/after values its snapshot holds.
+    # A stored recording's snapshot holds the run's decisions: its own recording, or that of a
+    # run resuming it (a resume carries the ledger on). Decisions projected after it (a late
+    # batch) gain the before/after values the snapshot holds.
     has_recording = models.BooleanField(db_default=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())

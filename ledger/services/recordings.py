@@ -47,33 +47,36 @@ def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
 MAX_RESUMED_RUNS = 20  # how far back a snapshot's ledger is matched along the runs it resumes
 
 
-def _runs_resumed_by(run: Run) -> list[Run]:
-    """The runs `run` resumes, directly or through earlier resumes, earliest first (the refusal
-    tracer's pairing: same session, no guess). A resume carries the whole ledger on (spec §1.7),
-    so their decisions are rows of this run's snapshot too."""
+def _runs_linked_by_resumes(run: Run, *, later: bool) -> list[Run]:
+    """The runs `run` resumes (or, `later`, the runs resuming it), directly or through other
+    resumes, in the order they were stored (the refusal tracer's pairing: same session, no guess).
+    A resume carries the whole ledger on (spec §1.7): a resuming run's snapshot holds the
+    decisions of the runs it resumes too."""
     from ledger.selectors_run_page import run_resume_links  # the selectors import the services
 
     chain: list[Run] = []
     frontier = [run]
     while frontier and len(chain) < MAX_RESUMED_RUNS:
-        origins = [link.run for later in frontier for link in run_resume_links(run=later) if not link.resumed_this]
-        frontier = [origin for origin in dict.fromkeys(origins) if origin not in chain and origin != run]
-        chain = frontier + chain
+        linked = [link.run for other in frontier for link in run_resume_links(run=other) if link.resumed_this == later]
+        frontier = [found for found in dict.fromkeys(linked) if found not in chain and found != run]
+        chain += frontier
     return sorted(chain[:MAX_RESUMED_RUNS], key=lambda r: r.pk)
 
 
-def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
+def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> None:
     """Copy each snapshot ledger row's `before`/`after` onto the decision its event projected:
     the run's own, or one of a run it resumes (its ledger carries theirs, earliest first)."""
     snapshot = envelope["recording"].get("snapshot")
     state = snapshot.get("sharedState") if isinstance(snapshot, dict) else None
     rows = state.get("middlewareDecisions") if isinstance(state, dict) else None
     if not isinstance(rows, list):
-        return 0
-    attached = 0
+        return
+    owners = [*_runs_linked_by_resumes(run, later=False), run]
+    # Flagged before matching: a decision of theirs projected later (a late batch) is matched then.
+    Run.objects.filter(pk__in=[owner.pk for owner in owners], has_recording=False).update(has_recording=True)
+    order = {owner.pk: index for index, owner in enumerate(owners)}
+    decisions = sorted(MiddlewareDecision.objects.filter(run_id__in=order), key=lambda d: (order[d.run_id], d.seq))
     claimed: set[int] = set()
-    owners = {owner.pk: order for order, owner in enumerate([*_runs_resumed_by(run), run])}
-    decisions = sorted(MiddlewareDecision.objects.filter(run_id__in=owners), key=lambda d: (owners[d.run_id], d.seq))
     for row in rows:
         if not isinstance(row, dict) or ("before" not in row and "after" not in row):
             continue
@@ -97,15 +100,16 @@ def _attach_decision_values(run: Run, envelope: dict[str, Any]) -> int:
                         if key in row
                     }
                 )
-                attached += 1
                 break
-    return attached
 
 
 def recording_values_attach(*, run_pks: list[int]) -> None:
-    """Give decisions projected after their run's recordings arrived (a late batch) the
-    before/after values the recordings' snapshots hold, as when the recording came last."""
-    for recording in Recording.objects.filter(run_id__in=run_pks).select_related("run").order_by("id"):
+    """Give decisions projected after a recording arrived (a late batch) the before/after values
+    its snapshot holds, as when the recording came last: the recordings of the run itself and of
+    the runs resuming it, whose snapshots carry its ledger on."""
+    runs = [*Run.objects.filter(pk__in=run_pks)]
+    covering = {*run_pks, *(later.pk for run in runs for later in _runs_linked_by_resumes(run, later=True))}
+    for recording in Recording.objects.filter(run_id__in=covering).select_related("run").order_by("id"):
         _attach_decision_values(recording.run, parse_stream_json(bytes(recording.body)))
 
 
@@ -151,7 +155,7 @@ def recording_ingest(*, project: Project, body: bytes, key: AgentKey | None = No
             "dropped_events": dropped_events,
         },
     )
-    if created:
-        _attach_decision_values(run, envelope)
-        Run.objects.filter(pk=run.pk, has_recording=False).update(has_recording=True)
+    # Also when the body is already stored: a run linked by a resume since (its paused call's
+    # start arrived late) gets the values its ledger rows hold now.
+    _attach_decision_values(run, envelope)
     return receipt, created

@@ -708,3 +708,77 @@ def test_other_bodies_still_refuse_a_lone_surrogate_and_bundles_keep_it(agent_cl
 
     assert response.status_code == 400
     assert "surrogate" in response.json()["error"]
+
+
+PAUSED_B_RUN, RESUMED_B_RUN = "run-1796043009084-1", "run-1796043009518-2"
+
+
+def _b_approved_held_back(agent_client: Any, held_back: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Ingests scenario b-approved's events but the one `held_back` picks; that event, the resumed
+    run's recording (its snapshot: the ledger at the pause plus the approval) and the currency
+    transform's row."""
+    events = fixture_events("b-middleware/events-approved.json")
+    late = next(e for e in events if held_back(e))
+    assert agent_client.ingest([e for e in events if e is not late]).status_code == 200
+    resumed = [e for e in events if e["meta"]["runId"] == RESUMED_B_RUN]
+    approve_row = next(e["payload"] for e in resumed if e["type"] == "agentfootprint.middleware.decision")
+    rows = [*load_fixture("b-middleware/ledger-at-pause.json")["rows"], approve_row]
+    envelope = {
+        "format": "agentfootprint.recording.v1",
+        "run": {"runId": RESUMED_B_RUN, "complete": True, "droppedEvents": 0, "firstRetainedEventIndex": 0},
+        "recording": {
+            "events": [{k: v for k, v in e.items() if k != "seq"} for e in resumed],
+            "snapshot": {"sharedState": {"middlewareDecisions": rows}},
+        },
+    }
+    return late, envelope, next(r for r in rows if r.get("changed"))
+
+
+def _paused_runs_transform() -> MiddlewareDecision:
+    return MiddlewareDecision.objects.get(run__run_id=PAUSED_B_RUN, middleware="normalize-currency", tool_call_id="t1")
+
+
+def test_a_paused_runs_decision_arriving_after_the_resumed_runs_recording_gains_its_before_and_after(agent_client):
+    """As when the recording comes last: a late batch of the paused run (its transform of t1 held
+    back) is matched against the resumed run's snapshot, which carries the paused run's rows on."""
+    late, envelope, transform = _b_approved_held_back(
+        agent_client,
+        lambda e: (
+            e["meta"]["runId"] == PAUSED_B_RUN
+            and e["payload"].get("middleware") == "normalize-currency"
+            and e["payload"].get("toolCallId") == "t1"
+        ),
+    )
+    assert agent_client.post_json("/api/v1/recordings", envelope).status_code == 201
+
+    assert agent_client.ingest([late]).status_code == 200
+
+    assert (_paused_runs_transform().before, _paused_runs_transform().after) == (
+        transform["before"],
+        transform["after"],
+    )
+
+
+def test_a_recording_posted_again_reaches_a_run_linked_by_its_resume_since(agent_client):
+    """The paused call's start (t3) arrives after the recording, so the resume that links the two
+    runs was unknown then; posting the same recording again gives the paused run's decisions
+    their values, and changes nothing else (the body is stored once)."""
+    late, envelope, transform = _b_approved_held_back(
+        agent_client,
+        lambda e: (
+            e["meta"]["runId"] == PAUSED_B_RUN
+            and e["type"] == "agentfootprint.stream.tool_start"
+            and e["payload"].get("toolCallId") == "t3"
+        ),
+    )
+    assert agent_client.post_json("/api/v1/recordings", envelope).status_code == 201
+    assert agent_client.ingest([late]).status_code == 200
+    assert (_paused_runs_transform().before, _paused_runs_transform().after) == (None, None)
+
+    assert agent_client.post_json("/api/v1/recordings", envelope).status_code == 200
+
+    assert (_paused_runs_transform().before, _paused_runs_transform().after) == (
+        transform["before"],
+        transform["after"],
+    )
+    assert Recording.objects.filter(run__run_id=RESUMED_B_RUN).count() == 1
