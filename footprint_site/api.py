@@ -62,8 +62,9 @@ def too_many_failures(request: HttpRequest, exc: AuthThrottled) -> HttpResponse:
 
 @api.exception_handler(ScopeMissing)
 def scope_missing(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
-    message = f"This agent key lacks the '{exc.scope}' scope this operation needs."
-    if exc.scope == AgentKey.Scope.DECIDE:
+    needed = " or ".join(f"'{scope}'" for scope in exc.scopes)
+    message = f"This agent key lacks the {needed} scope this operation needs."
+    if exc.scopes == (AgentKey.Scope.DECIDE,):
         message += (
             " Agents do not decide their own asks: people decide at /inbox/, integrations with a key of"
             " their own (manage.py create_agent_key --project <slug> --scopes decide)."

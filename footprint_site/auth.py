@@ -15,9 +15,9 @@ from ledger.selectors import agent_key_get_by_secret
 
 
 class ScopeMissing(Exception):
-    def __init__(self, scope: str) -> None:
-        super().__init__(scope)
-        self.scope = scope
+    def __init__(self, scopes: tuple[str, ...]) -> None:
+        super().__init__(scopes)
+        self.scopes = scopes
 
 
 class AuthThrottled(Exception):
@@ -101,24 +101,24 @@ def verified_key(secret: str, client: str) -> AgentKey | None:
 
 
 class AgentKeyAuth(HttpBearer):
-    """Authenticates an agent key that carries `scope`; `request.auth` is the AgentKey."""
+    """Authenticates an agent key that carries one of `scopes`; `request.auth` is the AgentKey."""
 
-    def __new__(cls, scope: str) -> "AgentKeyAuth":
+    def __new__(cls, *scopes: str) -> "AgentKeyAuth":
         # ninja names an operation's OpenAPI security scheme after its auth's class: a class per
         # scope makes the docs say which scope each operation's key needs.
-        return super().__new__(_auth_class_for(scope))
+        return super().__new__(_auth_class_for(scopes))
 
-    def __init__(self, scope: str) -> None:
+    def __init__(self, *scopes: str) -> None:
         super().__init__()
-        self.scope = scope
+        self.scopes = scopes
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentKey | None:
         # RFC 7235 allows several spaces after the scheme; /v1/traces reads the header the same way.
         key = verified_key(token.strip(), client_address(request))
         if key is None:
             return None
-        if self.scope not in key.scopes:
-            raise ScopeMissing(self.scope)
+        if not any(scope in key.scopes for scope in self.scopes):
+            raise ScopeMissing(self.scopes)
         return key
 
 
@@ -134,9 +134,10 @@ def project_of(request: HttpRequest) -> Project:
 
 
 @functools.cache
-def _auth_class_for(scope: str) -> type[AgentKeyAuth]:
+def _auth_class_for(scopes: tuple[str, ...]) -> type[AgentKeyAuth]:
+    named = " or ".join(f"`{scope}`" for scope in scopes)
     description = (
-        f"An agent key with scope `{scope}`, sent as `Authorization: Bearer afk_…`; "
-        f"`manage.py create_agent_key --project <slug> --scopes {scope}` mints one."
+        f"An agent key with scope {named}, sent as `Authorization: Bearer afk_…`; "
+        f"`manage.py create_agent_key --project <slug> --scopes {scopes[0]}` mints one."
     )
-    return type(f"AgentKey_{scope}", (AgentKeyAuth,), {"openapi_description": description})
+    return type(f"AgentKey_{'_or_'.join(scopes)}", (AgentKeyAuth,), {"openapi_description": description})

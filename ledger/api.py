@@ -278,7 +278,32 @@ def open_ask(request: HttpRequest) -> HttpResponse:
     return json_response({"ask": ask_as_json(ask)}, status=201 if created else 200)
 
 
-@router.get("/asks/{ask_id}", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
+class AskQuery(Schema):
+    status: Ask.Status | None = None
+    run: str | None = None
+    session: str | None = None
+    kind: Ask.Kind | None = None
+    cursor: str | None = None
+    limit: int = 50
+
+
+@router.get("/asks", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks", "decide"))
+def list_asks(request: HttpRequest, query: Query[AskQuery]) -> HttpResponse:
+    """Asks of the key's project, newest first, for an integration that decides them (a `decide`
+    key) or an agent; `status=open` lists those waiting for a decision, as the inbox does. Pass
+    `nextCursor` back as `cursor` for the next page. No checkpoint is ever listed."""
+    limit = max(1, min(query.limit, 200))
+    filters = selectors.AskFilter(status=query.status, run_id=query.run, session_id=query.session, kind=query.kind)
+    asks = selectors.ask_list(
+        project=project_of(request), filters=filters, before_id=selectors.decode_cursor(query.cursor), limit=limit
+    )
+    page: dict[str, Any] = {"asks": [ask_as_json(ask) for ask in asks[:limit]]}
+    if len(asks) > limit:
+        page["nextCursor"] = selectors.encode_cursor(asks[limit - 1].pk)
+    return json_response(page)
+
+
+@router.get("/asks/{ask_id}", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks", "decide"))
 def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     """The ask; its checkpoint is included only for the key that posted it."""
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)

@@ -266,6 +266,31 @@ def inbox_open_asks(*, user: User | AnonymousUser, before_id: int | None = None,
     return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
 
 
+@dataclass(frozen=True)
+class AskFilter:
+    # `open`: waiting for a decision, as the inbox lists them (past its deadline, an open ask is
+    # the deadline pass's to decide); `decided` and `superseded` as stored.
+    status: str | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    kind: str | None = None
+
+
+def ask_list(*, project: Project, filters: AskFilter, before_id: int | None = None, limit: int = 50) -> list[Ask]:
+    """The project's asks, newest first, keyset-paged; up to limit + 1 rows, without checkpoints."""
+    asks = Ask.objects.filter(project=project)
+    if filters.status == Ask.Status.OPEN:
+        asks = asks.filter(_WAITING_FOR_A_PERSON)
+    elif filters.status is not None:
+        asks = asks.filter(status=filters.status)
+    for field, value in (("run_id", filters.run_id), ("session_id", filters.session_id), ("kind", filters.kind)):
+        if value is not None:
+            asks = asks.filter(**{field: value})
+    if before_id is not None:
+        asks = asks.filter(pk__lt=before_id)
+    return list(asks.defer("checkpoint").order_by("-pk")[: limit + 1])
+
+
 INBOX_COUNT_CAP = 100
 
 

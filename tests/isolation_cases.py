@@ -360,6 +360,9 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
             )
             for scope in every_scope
         },
+        "globex without asks or decide": Caller(
+            key=agent_key_create(project=globex, scopes=[s for s in every_scope if s not in ("asks", "decide")])[1]
+        ),
         **{who: signed_in(u) for who, u in people.items()},
     }
 

@@ -156,7 +156,7 @@ class OwnProject:
 
 @dataclass(frozen=True)
 class ApiCase:
-    scope: str  # the key scope the operation needs
+    scope: str  # the key scope the operation needs ("asks or decide": either will do)
     call: Callable[[Target], Call]  # the request, aimed at a project's objects
     foreign: SameAsUnknown | OwnProject  # what acme's key gets when aimed at globex's objects
     control: int  # what globex's own key gets (asked last: it may write)
@@ -191,6 +191,11 @@ def _acme_store(world: World, body: Any) -> str | None:
 def _new_run_in_acme(world: World, body: Any) -> str | None:
     (receipt,) = body["runs"]
     return None if receipt["accepted"] == 2 and receipt["duplicates"] == 0 else f"receipt {receipt}"
+
+
+def _only_acme_asks(world: World, body: Any) -> str | None:
+    seen = [ask["id"] for ask in body["asks"]]
+    return None if world.globex_target.ask_id not in seen else f"globex's ask listed to acme's key: {seen}"
 
 
 def _new_ask_in_acme(world: World, body: Any) -> str | None:
@@ -268,8 +273,15 @@ API_OPERATIONS: dict[str, ApiCase] = {
         control=200,
         shows=MARK,
     ),
+    "GET /api/v1/asks": ApiCase(
+        scope="asks or decide",
+        call=lambda t: Call("GET", "/api/v1/asks", query={"run": t.run_id}),
+        foreign=OwnProject(200, _only_acme_asks),
+        control=200,
+        shows=MARK,
+    ),
     "GET /api/v1/asks/{ask_id}": ApiCase(
-        scope="asks",
+        scope="asks or decide",
         call=lambda t: Call("GET", f"/api/v1/asks/{t.ask_id}"),
         foreign=SameAsUnknown(404),
         control=200,
@@ -704,7 +716,8 @@ def test_api_operation_isolation(world: World, operation: str) -> None:
             findings.check("Authorization: Bearer" in body, f"{who}: the 401 does not say what to send: {body!r}")
             findings.check(response.has_header("WWW-Authenticate"), f"{who}: the 401 has no WWW-Authenticate")
         if status == 403:
-            findings.check(f"'{case.scope}' scope" in body, f"{who}: the 403 does not name the scope: {body!r}")
+            named = " or ".join(f"'{scope}'" for scope in case.scope.split(" or "))
+            findings.check(f"{named} scope" in body, f"{who}: the 403 does not name the scope: {body!r}")
         findings.no_leak(who, response, world, call)
 
     own = case.call(world.acme_target)
