@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.urls import reverse
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +47,7 @@ class RequestHygieneMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         problem = self._url_problem(request) or self._form_problem(request)
         if problem is not None:
-            status, code, message = problem
-            if _is_api(request):
-                return JsonResponse({"error": message, "code": code}, status=status)
-            return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+            return _refusal(request, *problem)
         return self.get_response(request)
 
     @staticmethod
@@ -98,6 +96,18 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith(("/api/", "/v1/"))
 
 
+def _refusal(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    """What a client reads: a google.rpc.Status in its own encoding for an OpenTelemetry exporter,
+    `{error, code}` for the API, the sentence for a page."""
+    if request.path == reverse("otlp-traces"):
+        from ledger.views_otlp import otlp_error  # the middleware loads before the apps' views
+
+        return otlp_error(request, status, message)
+    if _is_api(request):
+        return JsonResponse({"error": message, "code": code}, status=status)
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+
+
 def _check_utf8_form(body: bytes) -> None:
     for pair in body.split(b"&"):
         unquote_to_bytes(pair.replace(b"+", b" ")).decode("utf-8")
@@ -143,10 +153,6 @@ class DatabaseUnavailableMiddleware:
             logger.warning("database unavailable: %s", type(exception).__name__)
             message = "The database is unavailable; nothing was stored. Retry shortly."
             code = "ERR_DATABASE_UNAVAILABLE"
-        response: HttpResponse
-        if _is_api(request):
-            response = JsonResponse({"error": message, "code": code}, status=503)
-        else:
-            response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+        response = _refusal(request, 503, code, message)
         response["Retry-After"] = str(self.RETRY_AFTER_SECONDS)
         return response

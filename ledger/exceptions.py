@@ -30,6 +30,11 @@ class BodyTooLarge(LedgerError):
     code = "ERR_TOO_LARGE"
 
 
+class LengthRequired(LedgerError):
+    status = 411
+    code = "ERR_LENGTH_REQUIRED"
+
+
 class InvalidParameter(LedgerError):
     """A query parameter that parses but cannot be used (the same code as ninja's own 422)."""
 

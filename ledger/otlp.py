@@ -26,7 +26,8 @@ from ledger.exceptions import BodyTooLarge, MalformedBody
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-CONTENT_TYPES = frozenset({PROTOBUF, "application/protobuf", JSON})
+PROTOBUF_TYPES = frozenset({PROTOBUF, "application/protobuf"})
+CONTENT_TYPES = PROTOBUF_TYPES | {JSON}
 AF_PREFIX = "agentfootprint."
 MAX_TYPE_LENGTH = 200
 MAX_PROBLEMS_REPORTED = 5

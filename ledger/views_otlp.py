@@ -15,17 +15,27 @@ from django.views.decorators.http import require_POST
 from footprint_site.auth import AuthThrottled, client_address, verified_key
 from footprint_site.http import body_within
 from ledger import otlp
-from ledger.exceptions import BodyTooLarge, LedgerError, MalformedBody
+from ledger.exceptions import LedgerError
 from ledger.models import AgentKey
 from ledger.services.otlp import otlp_ingest
 
 
-def _reply(body: bytes, *, status: int, as_json: bool) -> HttpResponse:
-    return HttpResponse(body, status=status, content_type=otlp.JSON if as_json else otlp.PROTOBUF)
+def _answer_type(request: HttpRequest) -> str:
+    """The Content-Type of the answer: the request's own, as OTLP/HTTP requires (either protobuf
+    name), and JSON for a request in any other type."""
+    return request.content_type if request.content_type in otlp.PROTOBUF_TYPES else otlp.JSON
 
 
-def _error(status: int, message: str, *, as_json: bool) -> HttpResponse:
-    return _reply(otlp.error_body(http_status=status, message=message, as_json=as_json), status=status, as_json=as_json)
+def _reply(body: bytes, *, status: int, content_type: str) -> HttpResponse:
+    return HttpResponse(body, status=status, content_type=content_type)
+
+
+def otlp_error(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """A google.rpc.Status answer in the request's encoding (also the 503 of
+    footprint_site.middleware while the database is unreachable)."""
+    content_type = _answer_type(request)
+    body = otlp.error_body(http_status=status, message=message, as_json=content_type == otlp.JSON)
+    return _reply(body, status=status, content_type=content_type)
 
 
 def _agent_key(request: HttpRequest) -> AgentKey | None:
@@ -40,40 +50,37 @@ def _agent_key(request: HttpRequest) -> AgentKey | None:
 @csrf_exempt
 @require_POST
 def export_traces(request: HttpRequest) -> HttpResponse:
-    as_json = request.content_type != otlp.PROTOBUF and request.content_type != "application/protobuf"
+    answer_type = _answer_type(request)
+    as_json = answer_type == otlp.JSON
     try:
         key = _agent_key(request)
     except AuthThrottled as exc:
-        response = _error(429, f"Too many failed key checks; try again in {exc.retry_after} s.", as_json=as_json)
+        response = otlp_error(request, 429, f"Too many failed key checks; try again in {exc.retry_after} s.")
         response["Retry-After"] = str(exc.retry_after)
         return response
     if key is None:
-        response = _error(401, "Send a valid agent key as 'Authorization: Bearer <key>'.", as_json=as_json)
+        response = otlp_error(request, 401, "Send a valid agent key as 'Authorization: Bearer <key>'.")
         response["WWW-Authenticate"] = 'Bearer realm="footprint"'
         return response
     if AgentKey.Scope.INGEST not in key.scopes:
-        return _error(403, "This agent key lacks the 'ingest' scope.", as_json=as_json)
+        return otlp_error(request, 403, "This agent key lacks the 'ingest' scope.")
     if request.content_type not in otlp.CONTENT_TYPES:
-        return _error(
-            415, f"Content-Type must be {otlp.PROTOBUF} or {otlp.JSON}, not {request.content_type!r}.", as_json=True
+        return otlp_error(
+            request, 415, f"Content-Type must be {otlp.PROTOBUF} or {otlp.JSON}, not {request.content_type!r}."
         )
     encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"
     if encoding not in ("identity", "gzip"):
-        return _error(415, f"Content-Encoding must be gzip or absent, not {encoding!r}.", as_json=as_json)
+        return otlp_error(request, 415, f"Content-Encoding must be gzip or absent, not {encoding!r}.")
     limit = settings.FOOTPRINT_MAX_REQUEST_BYTES
     try:
         body = otlp.read_body(body_within(request, limit, json=False), gzipped=encoding == "gzip", limit=limit)
         spans = otlp.decode_spans(body, as_json=as_json)
-    except BodyTooLarge as exc:
-        return _error(413, exc.message, as_json=as_json)
-    except MalformedBody as exc:
-        return _error(400, exc.message, as_json=as_json)
-    try:
+        # A trace's run that native events took before `otlp-` was OTLP's alone: 409.
         receipt = otlp_ingest(project=key.project, spans=spans, key=key)
-    except LedgerError as exc:  # a trace's run that native events took before `otlp-` was OTLP's alone: 409
-        return _error(exc.status, exc.message, as_json=as_json)
+    except LedgerError as exc:  # 400 undecodable, 411 unsized, 413 too large, 409
+        return otlp_error(request, exc.status, exc.message)
     return _reply(
         otlp.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json),
         status=200,
-        as_json=as_json,
+        content_type=answer_type,
     )
