@@ -25,17 +25,25 @@ class MembershipAdmin(admin.ModelAdmin[Membership]):
     list_filter = ("role", "project")
 
 
+class EvidenceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Evidence is listed and read here, never made, edited or removed, even by staff: runs come
+    from their agents, asks from their pauses, decisions from the ask page, exactly once."""
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False  # a run takes its chain along (and so a project holding runs stays too)
+
+
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin[Run]):
+class RunAdmin(EvidenceAdmin):
     list_display = ("run_id", "project", "status", "event_count", "first_event_at")
     list_filter = ("status", "project")
     search_fields = ("run_id", "session_id")
-
-    def has_change_permission(self, request: object, obj: object = None) -> bool:
-        return False  # the ledger is append-only, even for staff
-
-    def has_delete_permission(self, request: object, obj: object = None) -> bool:
-        return False  # a run takes its chain along: evidence stays (and so a project holding runs)
 
 
 @admin.register(WebhookEndpoint)
@@ -54,13 +62,9 @@ class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
 
 
 @admin.register(Ask)
-class AskAdmin(admin.ModelAdmin[Ask]):
+class AskAdmin(EvidenceAdmin):
     list_display = ("pk", "project", "kind", "tool_name", "status", "decided_by_label", "created_at")
     list_filter = ("status", "kind", "project")
-    exclude = ("checkpoint",)  # the run's whole state: only the agent key that posted it reads it
-
-    def has_change_permission(self, request: object, obj: object = None) -> bool:
-        return False  # decisions are made on the ask page, exactly once
-
-    def has_delete_permission(self, request: object, obj: object = None) -> bool:
-        return False  # an ask holds a decision of record
+    # The checkpoint is the run's whole state, for the agent key that posted it alone; the pause as
+    # sent may hold a consent's authorization URL, for the session's owner alone (spec §9.3).
+    exclude = ("checkpoint", "pause_data")

@@ -49,6 +49,7 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         raise Http404("No such ask.") from None
     pack = selectors.ask_context(ask=ask)
     component = pack["component"]
+    component_id = component.get("componentId") if component else None
     return {
         "ask": ask,
         "pack": pack,
@@ -59,7 +60,8 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         "args_json": _pretty(pack["args"]),
         "original_args_json": _pretty(pack["original_args"]),
         "decision_json": _pretty(ask.decision()),
-        "component_template": COMPONENTS.get(component.get("componentId")) if component else None,
+        # An id that is no string (the agent's to send) is an unknown component: the readable fallback.
+        "component_template": COMPONENTS.get(component_id) if isinstance(component_id, str) else None,
         "component_json": _pretty(component),
         "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
         "deliveries": ask.deliveries.prefetch_related("attempt_log"),

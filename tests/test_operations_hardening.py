@@ -106,6 +106,45 @@ def test_admin_cannot_delete_a_run_or_an_ask(django_user_model: Any, project: Pr
     assert Ask.objects.filter(pk=ask.pk).exists()
 
 
+def test_admin_cannot_add_a_run_or_an_ask(django_user_model: Any, project: Project) -> None:
+    """A run nobody posted, with whatever figures were typed, would sit beside the real ones."""
+    staff = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root")
+    client = Client()
+    client.force_login(staff)
+
+    for path in ("/admin/ledger/run/add/", "/admin/ledger/ask/add/"):
+        assert client.get(path).status_code == 403, path
+        assert client.post(path, {"project": project.pk, "run_id": "forged"}).status_code == 403, path
+
+    assert not Run.objects.exists()
+    assert not Ask.objects.exists()
+
+
+def test_admin_shows_an_ask_but_neither_its_checkpoint_nor_its_consent_url(
+    django_user_model: Any, agent_client: Any
+) -> None:
+    """Spec §9.3: a consent's authorizationUrl (its state token) is for the session's owner alone."""
+    pause_data = {
+        "toolCallId": "k1",
+        "toolName": "read_mail",
+        "question": "Authorize access to 'gmail' so 'read_mail' can run.",
+        "authorization": {"service": "gmail", "authorizationUrl": "https://auth.example/o?state=SECRET-7f3a"},
+    }
+    created = agent_client.post_json(
+        "/api/v1/asks", {"runId": "run-k", "pauseData": pause_data, "checkpoint": {"note": "CHECKPOINT-9c2e"}}
+    )
+    staff = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root")
+    client = Client()
+    client.force_login(staff)
+
+    page = client.get(f"/admin/ledger/ask/{created.json()['ask']['id']}/change/")
+
+    assert page.status_code == 200
+    assert b"read_mail" in page.content
+    assert b"SECRET-7f3a" not in page.content
+    assert b"CHECKPOINT-9c2e" not in page.content
+
+
 # --- settings --------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from django.utils.html import escape
 from ledger.models import Ask, Membership, Project
 from ledger.services import ask_open
 from tests.conftest import ApiClient, load_fixture, numbered_per_run, person
+from tests.ledger.ask_helpers import ASKS, b_body
 
 pytestmark = pytest.mark.django_db
 
@@ -277,6 +278,20 @@ def test_ask_page_shows_the_middleware_ask(approver_client: Client, agent_client
     # the fixture's t3 was not transformed: nothing to compare
     assert "as transformed by earlier middleware" not in page
     assert 'id="original-args"' not in page
+
+
+def test_ask_page_shows_a_component_whose_id_is_no_string_as_an_unknown_one(
+    approver_client: Client, agent_client: ApiClient
+) -> None:
+    """The agent's to send: a list as `componentId` gets the readable fallback, not a 500 that
+    would keep everyone from opening, and so deciding, the ask."""
+    body = b_body()
+    body["pauseData"]["ask"]["component"] = {"componentId": ["payee-picker"], "props": {"n": 1}}
+    ask_id = agent_client.post_json(ASKS, body).json()["ask"]["id"]
+
+    page = _html(approver_client.get(f"/asks/{ask_id}/"))
+
+    assert escape('"payee-picker"') in page
 
 
 def test_ask_page_shows_transformed_and_original_args_when_they_differ(
