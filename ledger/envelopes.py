@@ -97,6 +97,8 @@ def _read_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):  # orjson reads up to 1,024 levels
+            raise _too_deep() from None
         raise MalformedBody(f"The body is not valid JSON: {exc}.") from None
 
 
@@ -253,12 +255,14 @@ def _id_problem(index: int, key: str) -> dict[str, Any]:
 
 RUN_ID_RULE = (
     f"meta.runId must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000 "
-    "or '/' (the run id names the run in URLs)."
+    "or '/', and neither '.' nor '..' (the run id names the run in URLs, where clients resolve those)."
 )
+# Path segments every URL client resolves away (RFC 3986 §5.2.4): a run so named has no page.
+DOT_SEGMENTS: Final = (".", "..")
 
 
 def is_run_id(value: Any) -> bool:
-    return is_plain_id(value) and "/" not in value
+    return is_plain_id(value) and "/" not in value and value not in DOT_SEGMENTS
 
 
 def is_plain_id(value: Any) -> bool:

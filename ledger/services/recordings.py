@@ -3,7 +3,7 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ledger.envelopes import check_events, is_run_id, json_holds_nul, parse_stream_json, replace_nul
+from ledger.envelopes import RUN_ID_RULE, check_events, is_run_id, json_holds_nul, parse_stream_json, replace_nul
 from ledger.exceptions import RecordingInvalid
 from ledger.models import AgentKey, MiddlewareDecision, Project, Recording, Run
 from ledger.services.ingest import RunReceipt, events_ingest
@@ -18,8 +18,7 @@ def _events_of(envelope: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     recording = envelope.get("recording")
     if not isinstance(run, dict) or not is_run_id(run.get("runId")):
         raise RecordingInvalid(
-            "run.runId is required: the recording envelope names the run it holds "
-            "(a non-empty string of at most 200 characters, without U+0000 or '/')."
+            "run.runId is required: the recording envelope names the run it holds. " + RUN_ID_RULE.removeprefix("meta.")
         )
     if not isinstance(recording, dict) or not isinstance(recording.get("events"), list):
         raise RecordingInvalid("recording.events must be an array of the run's typed events.")

@@ -23,6 +23,41 @@ def test_a_run_id_with_a_slash_is_refused_since_it_names_the_run_in_urls(agent_c
     assert not Run.objects.exists()
 
 
+@pytest.mark.parametrize("run_id", [".", ".."])
+def test_a_run_id_every_url_client_resolves_away_is_refused(agent_client, run_id):
+    """/projects/acme/runs/./ is /projects/acme/runs/ to every browser (RFC 3986 §5.2.4): such a
+    run could be stored but never opened, on the pages or the API."""
+    for response in (
+        agent_client.ingest([event(runId=run_id)]),
+        agent_client.post_json("/api/v1/asks", {**plain_ask("2026-12-01T09:00:00Z"), "runId": run_id}),
+        agent_client.post_json(
+            "/api/v1/recordings",
+            {"format": "agentfootprint.recording.v1", "run": {"runId": run_id}, "recording": {"events": []}},
+        ),
+    ):
+        assert response.status_code == 422, response.content
+        assert "'..'" in response.content.decode()
+    assert not Run.objects.exists()
+    assert not Ask.objects.exists()
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("path", ["/api/v1/events", "/api/v1/asks"])
+@pytest.mark.parametrize("levels", [300, 1100])  # within and past orjson's own 1,024 levels
+def test_nesting_past_the_limit_is_refused_naming_it_however_deep(agent_client, path, levels):
+    if path == "/api/v1/events":
+        body = '{"events":[{"seq":0,"type":"x.deep","payload":{"p":' + _nested(levels) + '},"meta":{"runId":"d"}}]}'
+    else:
+        body = '{"runId":"d","pauseData":{"toolCallId":"c1"},"checkpoint":' + _nested(levels) + "}"
+    response = agent_client.post(path, body, content_type="application/json")
+    assert response.status_code in (400, 422), response.content
+    assert "254 levels" in response.content.decode()
+    assert not Run.objects.exists()
+
+
 def test_a_wall_clock_in_the_year_10000_is_refused(agent_client):
     response = agent_client.ingest([event(wallClockMs=253_402_300_800_000)])
     assert response.status_code == 422
