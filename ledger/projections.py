@@ -60,11 +60,17 @@ def _str(payload: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def _call_id(payload: dict[str, Any]) -> str | None:
-    # Only a string is a tool call id, as the event rows hold it (ingest's `_tool_call_id`): a
-    # call projected under "7" would find none of its events, which hold no id for the number 7.
-    value = payload.get("toolCallId")
-    return value if isinstance(value, str) else None
+# Calls are looked up by id through btree indexes, whose keys hold about 2,700 bytes: 512
+# characters (at most 2,048 bytes of UTF-8) always fit. A longer id (no provider's) files its
+# event as no call's; the event is still stored as sent.
+MAX_CALL_ID_CHARS: Final = 512
+
+
+def call_id_of(payload: Any) -> str | None:
+    """The payload's tool call id, as the projections and the event rows file it. Only a string
+    is one: a call projected under "7" would find none of its events, which hold no id for 7."""
+    value = payload.get("toolCallId") if isinstance(payload, dict) else None
+    return value if isinstance(value, str) and len(value) <= MAX_CALL_ID_CHARS else None
 
 
 # The largest whole numbers the projections keep: iterations go to int4 columns and per-call token
@@ -161,7 +167,7 @@ Projector = Callable[[Projection, Event, dict[str, Any]], None]
 
 
 def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
-    call_id = _call_id(payload)
+    call_id = call_id_of(payload)
     if call_id is None:
         return
     row = p.tool_call(e.run_id, call_id)
@@ -170,7 +176,7 @@ def _tool_start(p: Projection, e: Event, payload: dict[str, Any]) -> None:
 
 
 def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
-    call_id = _call_id(payload)
+    call_id = call_id_of(payload)
     if call_id is None:
         return
     p.tool_call(e.run_id, call_id).update(
@@ -217,7 +223,7 @@ def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "at"),
             _str(payload, "phase"),
             _str(payload, "toolName"),
-            _call_id(payload),
+            call_id_of(payload),
             _int(payload, "iteration"),
             outcome,
             _bool(payload, "changed"),
@@ -233,7 +239,7 @@ def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "middleware"),
             _str(payload, "why"),
             tool_name=_str(payload, "toolName"),
-            tool_call_id=_call_id(payload),
+            tool_call_id=call_id_of(payload),
             iteration=_int(payload, "iteration"),
         )
 
@@ -274,7 +280,7 @@ def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "kind") or "",
             outcome,
             _str(payload, "toolName"),
-            _call_id(payload),
+            call_id_of(payload),
             _int(payload, "iteration"),
             _str(payload, "targetSkillId"),
             _str(payload, "reason"),
@@ -293,7 +299,7 @@ def _effect(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             _str(payload, "kind"),
             reason,
             tool_name=_str(payload, "toolName"),
-            tool_call_id=_call_id(payload),
+            tool_call_id=call_id_of(payload),
             iteration=_int(payload, "iteration"),
         )
 
@@ -313,7 +319,7 @@ def _refusal_of(
                 _str(payload, rule_key),
                 reason(payload),
                 tool_name=_str(payload, tool_key),
-                tool_call_id=_call_id(payload),
+                tool_call_id=call_id_of(payload),
                 iteration=_int(payload, "iteration"),
             )
 
@@ -356,7 +362,7 @@ def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             by,
             reason,
             tool_name=_str(payload, "toolName"),
-            tool_call_id=_call_id(payload),
+            tool_call_id=call_id_of(payload),
             iteration=_int(payload, "iteration"),
         )
 

@@ -16,6 +16,7 @@ from footprint_site.lib.chain import GENESIS, link_hash
 from ledger import anchors
 from ledger.envelopes import canonical_bytes, json_holds_nul, replace_nul, wall_clock_ms_of
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Project, Run
+from ledger.projections import call_id_of
 
 # Rows per query of the walk: each chunk is its own statement, so progress can be reported
 # between chunks without holding a transaction open for the whole of a long chain.
@@ -86,10 +87,9 @@ def _same_json(a: Any, b: Any) -> bool:
 
 def _columns_of(parsed: dict[str, Any]) -> tuple[str | None, int | None]:
     """The columns ingestion derives from an event (the pages show them): its tool call and time."""
-    payload, meta = parsed.get("payload"), parsed.get("meta")
-    call = payload.get("toolCallId") if isinstance(payload, dict) else None
+    meta = parsed.get("meta")
     wall = meta.get("wallClockMs") if isinstance(meta, dict) else None
-    return (call if isinstance(call, str) else None, None if wall is None else wall_clock_ms_of(wall))
+    return call_id_of(parsed.get("payload")), None if wall is None else wall_clock_ms_of(wall)
 
 
 def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None) -> ChainVerdict:

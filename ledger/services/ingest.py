@@ -23,7 +23,7 @@ from footprint_site.lib.db import server_binding_cursor
 from ledger.envelopes import IDENTITY_KEYS, Event, canonical_bytes, json_holds_nul, replace_nul
 from ledger.exceptions import SeqConflict
 from ledger.models import AgentKey, Project, Run
-from ledger.projections import Projection, project_events
+from ledger.projections import Projection, call_id_of, project_events
 
 MAX_GAPS_REPORTED = 1000
 
@@ -296,12 +296,8 @@ def _copy(cur: Cursor[Any], target: CopyTarget, rows: list[tuple[Any, ...]]) -> 
 
 
 def _tool_call_id(event: Event) -> str | None:
-    payload = event.payload
-    if isinstance(payload, dict):
-        value = payload.get("toolCallId")
-        if isinstance(value, str):
-            return replace_nul(value) if event.holds_nul else value  # as the tool call projection holds it
-    return None
+    value = call_id_of(event.payload)
+    return replace_nul(value) if value is not None and event.holds_nul else value  # as the call's row holds it
 
 
 def _ms_to_datetime(ms: int | None) -> datetime | None:

@@ -41,6 +41,23 @@ def test_a_run_id_every_url_client_resolves_away_is_refused(agent_client, run_id
     assert not Ask.objects.exists()
 
 
+def test_a_tool_call_id_too_long_for_the_ledgers_indexes_is_stored_but_files_no_call(agent_client):
+    """The id is the LLM provider's, so refusing it would lose the agent's batch for good; 8,000
+    characters overflow PostgreSQL's btree row (a 500 that lost the whole batch): the event is
+    stored as sent and filed as no call's, while an id of 512 characters is still a call."""
+    events = [
+        {"seq": seq, "type": "agentfootprint.stream.tool_start", "payload": {"toolCallId": call_id}}
+        for seq, call_id in enumerate(["x" * 8000, "y" * 512])
+    ]
+    response = agent_client.ingest([{**e, "meta": {"runId": "run-b"}} for e in events])
+
+    assert response.status_code == 200, response.content[:300]
+    run = Run.objects.get(run_id="run-b")
+    assert list(run.tool_calls.values_list("tool_call_id", flat=True)) == ["y" * 512]
+    assert list(run.events.order_by("seq").values_list("tool_call_id", flat=True)) == [None, "y" * 512]
+    assert agent_client.get("/api/v1/runs/run-b/verify").json()["valid"] is True
+
+
 def _nested(levels: int) -> str:
     return "[" * levels + "]" * levels
 

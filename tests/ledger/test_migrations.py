@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ledger import anchors, selectors_integrity
-from ledger.models import Ask, ChainAnchor, Run
+from ledger.models import Ask, ChainAnchor, Run, RunEvent
 from tests.conftest import fixture_events
 
 BEFORE_REKEY = ("ledger", "0007_toolcall_args_and_result_read_from_events")
@@ -202,3 +202,17 @@ def test_the_migration_to_denied_ends_the_runs_a_message_middleware_refused(agen
         _migrate()
     assert dict(Run.objects.values_list("run_id", "status")) == {"input-denied": "denied", "tool-denied": "running"}
     assert Run.objects.get(run_id="input-denied").status_seq == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_of_call_ids_files_an_overlong_one_as_verify_now_derives_it(agent_client) -> None:
+    """A 600-character call id, stored before the 512-character rule, verifies once migrated."""
+    start = _event("long-call", 0, "stream.tool_start", {"toolCallId": "c" * 600})
+    assert agent_client.ingest([start]).status_code == 200
+    try:
+        _migrate(("ledger", "0020_run_status_denied"))  # backward: the column as the old rule derived it
+        assert RunEvent.objects.get(run__run_id="long-call").tool_call_id == "c" * 600
+    finally:
+        _migrate()
+    assert RunEvent.objects.get(run__run_id="long-call").tool_call_id is None
+    assert agent_client.get("/api/v1/runs/long-call/verify").json()["valid"] is True

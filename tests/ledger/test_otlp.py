@@ -517,3 +517,19 @@ def test_otlp_python_sdk_exporter_creates_the_run_and_tool_call(live_server, pro
     assert (
         OtlpSpan.objects.get(project=project, name="chat small-model").resource_attributes["service.name"] == "sdk-test"
     )
+
+
+def test_a_tool_call_id_too_long_to_file_costs_no_span_and_no_500(agent_client):
+    """A 500 would drop the whole export (an exporter retries no 500): every span is stored, and
+    the run's chain verifies."""
+    document = _fixture()
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    tool = next(span for span in spans if span["name"].startswith("execute_tool"))
+    for attribute in tool["attributes"]:
+        if attribute["key"] == "gen_ai.tool.call.id":
+            attribute["value"] = {"stringValue": "x" * 8000}
+
+    _post_json(agent_client, document)  # 200
+
+    assert OtlpSpan.objects.count() == len(_fixture_spans())
+    assert agent_client.get(f"/api/v1/runs/{_run().run_id}/verify").json()["valid"] is True
