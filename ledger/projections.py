@@ -129,8 +129,9 @@ class Projection:
     verdicts: list[tuple[Any, ...]] = field(default_factory=list)
     effects: list[tuple[Any, ...]] = field(default_factory=list)
     refusals: list[tuple[Any, ...]] = field(default_factory=list)
-    # Pauses and check-in outcomes that open or close asks (rare: handled by ledger.services.asks).
-    pauses: list[Event] = field(default_factory=list)
+    # What opens or closes asks (rare: handled by ledger.services.asks): pauses, check-in
+    # outcomes, and the verdict rows a resumed middleware ask files (spec §1.7).
+    ask_events: list[Event] = field(default_factory=list)
 
     def refusal(
         self,
@@ -212,6 +213,10 @@ def _run_configured(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     p.deltas[e.run_id].agent_id = _str(payload, "agentId")
 
 
+# How a resumed middleware ask's own row begins (spec §1.7): the person's verdict on the call.
+RESUMED_ASK_VERDICTS: Final = ("approved by ", "declined by ")
+
+
 def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     outcome = _str(payload, "outcome") or ""
     p.decisions.append(
@@ -232,6 +237,9 @@ def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             json_text(payload, "from"),
         )
     )
+    why = payload.get("why")
+    if isinstance(why, str) and why.startswith(RESUMED_ASK_VERDICTS) and payload.get("moment") == "before-tool":
+        p.ask_events.append(e)
     if outcome == "deny":
         p.refusal(
             e,
@@ -347,11 +355,11 @@ def _issues_text(payload: dict[str, Any]) -> str:
 
 
 def _pause(p: Projection, e: Event, payload: dict[str, Any]) -> None:
-    p.pauses.append(e)
+    p.ask_events.append(e)
 
 
 def _checkin_decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
-    p.pauses.append(e)
+    p.ask_events.append(e)
     if payload.get("approved") is False:
         by = _str(payload, "by")
         note = _str(payload, "note")

@@ -421,13 +421,14 @@ def runs_traced_from_consumer_scope(*, project: Project, events: list[Event]) ->
 
 def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | None) -> None:
     """Open asks from ingested `pause.request` / `checkin.request` events, opened by `key` (the
-    agent key that posted them, which so may not decide them); close them on the run's own
-    `checkin.decision` (decided elsewhere). Runs inside the ingestion transaction, after its run
+    agent key that posted them, which so may not decide them); close them on what a resumed run
+    reports decided elsewhere: a `checkin.decision`, or a middleware ask's verdict row (spec §1.7:
+    that path files no check-in events). Runs inside the ingestion transaction, after its run
     locks; takes the sessions' lock (`_lock_sessions`) before it touches an ask."""
     reported: list[tuple[str, dict[str, Any], Event, str]] = []  # (type, decision or pauseData, event, run)
     for event in events:
         short = event.type.removeprefix("agentfootprint.")
-        if short == "checkin.decision":
+        if short in ("checkin.decision", "middleware.decision"):
             reported.append((short, event.payload if isinstance(event.payload, dict) else {}, event, event.run_id))
             continue
         pause_data = _pause_data_of(event)
@@ -448,7 +449,12 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
     _lock_sessions(project.pk)
     for short, data, event, run_id in reported:
         if short == "checkin.decision":
-            _close_reported(project, data)
+            if isinstance(data.get("approved"), bool):
+                _close_reported(project, data.get("toolCallId"), data["approved"], data.get("by"), data.get("note"))
+        elif short == "middleware.decision":
+            verdict = _resumed_ask_verdict(data)
+            if verdict is not None:
+                _close_reported(project, data.get("toolCallId"), *verdict, middleware=data.get("middleware"))
         else:
             _open_reported(project, key, short, data, event.meta, run_id)
 
@@ -498,9 +504,23 @@ def _open_reported(
         _supersede_in_session(existing)
 
 
-def _close_reported(project: Project, payload: dict[str, Any]) -> None:
-    tool_call_id, by = payload.get("toolCallId"), payload.get("by")
-    if not isinstance(tool_call_id, str) or not isinstance(payload.get("approved"), bool):
+def _resumed_ask_verdict(payload: dict[str, Any]) -> tuple[bool, str, str | None] | None:
+    """A resumed middleware ask's own row (spec §1.7): `approved by <by>[: <note>]` with outcome
+    allow, or `declined by …` with deny; (approved, by, note), else None."""
+    why = payload.get("why")
+    for prefix, approved, outcome in (("approved by ", True, "allow"), ("declined by ", False, "deny")):
+        if isinstance(why, str) and why.startswith(prefix) and payload.get("outcome") == outcome:
+            by, _, note = why.removeprefix(prefix).partition(": ")
+            return approved, by, note or None
+    return None
+
+
+def _close_reported(
+    project: Project, tool_call_id: Any, approved: bool, by: Any, note: Any, *, middleware: Any = None
+) -> None:
+    """Close the ask a resumed run reports decided elsewhere: a check-in's `checkin.decision`, or
+    a middleware ask's verdict row (then only the ask of that middleware)."""
+    if not isinstance(tool_call_id, str):
         return
     # The resumed run reports under a new runId and no session, so the ask is found by its tool
     # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
@@ -508,20 +528,23 @@ def _close_reported(project: Project, payload: dict[str, Any]) -> None:
     # A superseded ask is decided too: the run's report is evidence, the supersede a derivation
     # (its session paused again before the resumed run's buffered events arrived).
     undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
-    candidates = list(Ask.objects.filter(project=project, tool_call_id=tool_call_id)[:2])
+    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id)
+    if middleware is not None:
+        asks = asks.filter(kind=Ask.Kind.ASK, middleware=middleware)
+    candidates = list(asks[:2])
     if len(candidates) != 1 or candidates[0].status not in undecided:
         return
     claimed = Ask.objects.filter(pk=candidates[0].pk, status__in=undecided).update(
         status=Ask.Status.DECIDED,
         superseded_by=None,
-        approved=payload["approved"],
+        approved=approved,
         decided_by_label=replace_nul(by) if isinstance(by, str) else "",
         decided_at=timezone.now(),
         decided_via=Ask.Via.RUN,
-        note=replace_nul(payload["note"]) if isinstance(payload.get("note"), str) else None,
+        note=replace_nul(note) if isinstance(note, str) else None,
     )
     if claimed:
-        # The run's own checkin.decision is the chain's record of it; the long-polls still wake.
+        # The run's own report is the chain's record of it; the long-polls still wake.
         _wake_waiters(candidates[0].pk)
 
 

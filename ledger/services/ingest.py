@@ -484,10 +484,10 @@ def events_ingest(
                 )
             )
         # After the runs' own status: a pause reported under another run's id pauses the run it names.
-        if projection.pauses:
+        if projection.ask_events:
             from ledger.services.asks import asks_from_events
 
-            asks_from_events(project=project, events=projection.pauses, key=key)
+            asks_from_events(project=project, events=projection.ask_events, key=key)
         recorded = sorted({states[row[0]].pk for row in projection.decisions if states[row[0]].has_recording})
         if recorded:
             from ledger.services.recordings import recording_values_attach

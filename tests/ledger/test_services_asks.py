@@ -17,7 +17,7 @@ from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.models import AgentKey, Ask, Project, Run, RunEvent, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from ledger.services import agent_key_create, ask_decide, ask_open, asks_apply_deadlines
 from ledger.services.webhooks import NO_ANSWER, WebhookFailed, webhook_deliver, webhooks_send_due
-from tests.conftest import load_fixture, numbered_per_run
+from tests.conftest import fixture_events, load_fixture, numbered_per_run
 from tests.http_receiver import url_of, webhook_receiver
 
 pytestmark = pytest.mark.django_db
@@ -771,3 +771,29 @@ def test_an_attempt_is_logged_before_the_request_is_sent(project: Project) -> No
 
     assert logged_while_sending == [NO_ANSWER]
     assert WebhookAttempt.objects.get(delivery=delivery).error == ""
+
+
+@pytest.mark.parametrize(
+    ("fixture", "approved", "note"),
+    [
+        ("b-middleware/events-approved.json", True, "supplier contract SC-88 verified"),
+        ("b-middleware/events-declined.json", False, "no PO on file"),
+    ],
+)
+def test_a_middleware_ask_the_run_resumed_with_a_decision_made_elsewhere_is_closed_by_its_verdict_row(
+    agent_client, approver_client, fixture, approved, note
+):
+    """Spec §1.7: the ask path files no checkin.decision; the resumed run's row for the call
+    (`approved by <by>[: <note>]`) is the verdict. Left open, a person's contrary decision would
+    have been accepted as a second one, chained and sent to the webhook."""
+    events = fixture_events(fixture)
+    assert agent_client.ingest(events).status_code == 200
+
+    ask = Ask.objects.get()
+    row = next(e["payload"] for e in events if e["payload"].get("why", "").startswith(("approved by", "declined by")))
+    assert (ask.status, ask.decided_via, ask.approved) == (Ask.Status.DECIDED, Ask.Via.RUN, approved)
+    assert ask.decided_by_label == row["why"].split(" by ", 1)[1].split(": ", 1)[0]
+    assert ask.note == note
+    response = approver_client.post(f"/asks/{ask.pk}/decide/", {"decision": "decline" if approved else "approve"})
+    assert response.status_code == 409
+    assert not RunEvent.objects.filter(type="ledger.human_decision").exists()

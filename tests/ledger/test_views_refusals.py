@@ -11,8 +11,7 @@ from django.utils.html import escape
 
 from ledger import views_refusals
 from ledger.models import Ask, MiddlewareDecision, Refusal
-from ledger.services import ask_decide, ask_open
-from tests.conftest import ApiClient, fixture_events, load_fixture
+from tests.conftest import ApiClient, fixture_events
 
 pytestmark = pytest.mark.django_db
 
@@ -294,32 +293,22 @@ def test_refusal_detail_middleware_deny(
 def test_refusal_detail_declined_ask_shows_who_declined(
     auditor_client: Client, b_middleware: None, project: Any, django_assert_max_num_queries: Any
 ) -> None:
-    pause_data = load_fixture("b-middleware/ask-pause.json")["pauseOutcome"]["pauseData"]
-    ask, _ = ask_open(
-        project=project,
-        key=None,
-        run_id=B_RUN,
-        session_id=None,
-        pause_data=pause_data,
-        checkpoint=None,
-        deadline=None,
-        on_timeout="decline",
-    )
-    ask_decide(ask_id=ask.pk, approved=False, via=Ask.Via.PAGE, by_label="omar", note="no PO")
+    """The run reported omar's decline (its verdict row, spec §1.7): the ask opened from its pause
+    is closed by it, and the refusal's chain shows who declined and why."""
+    ask = Ask.objects.get(project=project)
     refusal = Refusal.objects.get(rule="four-eyes")
     assert refusal.run.run_id == B_RESUMED_RUN
     with django_assert_max_num_queries(MAX_QUERIES):
         html = _html(auditor_client.get(_detail_url(refusal)))
     human = _section(html, "chain-human")
     assert f'<a href="/asks/{ask.pk}/">#{ask.pk}</a>' in human
-    assert '<dd class="ask-decided-by">omar</dd>' in human
-    assert '<dd class="ask-note">no PO</dd>' in human
+    assert '<dd class="ask-decided-by">omar@treasury</dd>' in human
+    assert '<dd class="ask-note">no PO on file</dd>' in human
     assert '<strong class="error">declined</strong>' in human
     call = _section(html, "chain-tool-call")
     assert f'began in <a href="/projects/acme/runs/{B_RUN}/">{B_RUN}</a>' in call
     assert "&quot;amount&quot;: 2500" in call  # the arguments come from the run that began the call
     dispatch = _section(html, "chain-dispatch")
-    assert "ledger.human_decision" in dispatch
     assert dispatch.index(B_RUN) < dispatch.index("← this refusal")
     assert "declined by omar@treasury: no PO on file" in _section(html, "chain-model-read")
 
