@@ -354,7 +354,7 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
         by_label=document["by"].strip(),
         key=agent_key_of(request),
         note=note,
-        value=document.get("value"),
+        value=document.get("value", services.NO_VALUE),
     )
     return json_response({"status": "decided", "decision": ask.decision()})
 

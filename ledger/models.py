@@ -482,6 +482,9 @@ class Ask(models.Model):
     decided_via = models.CharField(max_length=8, choices=Via.choices, null=True, blank=True)
     note = models.TextField(null=True, blank=True)
     value = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
+    # Whether the decision carries `value` (a question's answer; JSON null is one): absent and
+    # null differ (spec §9.1), and a question closed by its deadline resumes with no answer.
+    answered = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = [
@@ -525,11 +528,9 @@ class Ask(models.Model):
         }
         if self.note:
             decision["note"] = self.note
-        if self.kind == self.Kind.PLAIN:
+        if self.answered:
             # askHuman takes any value as the tool's result: resume with `decision.answer`.
-            decision["answer"] = self.value
-        elif self.value is not None:
-            decision["value"] = self.value
+            decision["answer" if self.kind == self.Kind.PLAIN else "value"] = self.value
         return decision
 
 

@@ -213,7 +213,8 @@ def ask_get(*, project: Project, ask_id: int) -> Ask:
 
 
 DECISION_FIELDS = (
-    "status", "approved", "decided_by_label", "decided_at", "decided_via", "note", "value", "kind", "superseded_by",
+    "status", "approved", "decided_by_label", "decided_at", "decided_via", "note", "value", "answered", "kind",
+    "superseded_by",
 )  # fmt: skip
 
 

@@ -99,7 +99,7 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
                 by_label=user.get_username(),
                 user=user,
                 note=data["note"] or None,
-                value=data["value"] if data["decision"] == "answer" else None,
+                value=data["value"] if data["decision"] == "answer" else services.NO_VALUE,
             )
         except AskAlreadyDecided:
             status = 409  # someone else won, or the deadline had passed: the panel shows which, and when

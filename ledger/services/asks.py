@@ -6,11 +6,11 @@ announced with NOTIFY, which wakes every long-poll waiting on it at once.
 """
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -110,6 +110,10 @@ def _check_id(name: str, value: Any, *, required: bool) -> None:
         raise AskInvalid(f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters, without U+0000.")
 
 
+# A decision without `value`: not the same as one whose value is JSON null (a question's answer).
+NO_VALUE: Final[Any] = object()
+
+
 def _check_decision(ask: Ask, via: str, by_label: str, note: str | None, value: Any) -> None:
     """What a decision may carry: it is stored in text and jsonb columns and hashed into the chain,
     and a consent gate's value is what the framework resumes with (spec §2.4, §2.7)."""
@@ -117,6 +121,11 @@ def _check_decision(ask: Ask, via: str, by_label: str, note: str | None, value: 
         raise AskInvalid(f"by must be a non-empty name of at most {MAX_ID_LENGTH} characters, without U+0000.")
     if note is not None and (len(note) > MAX_NOTE_LENGTH or "\x00" in note):
         raise AskInvalid(f"note must be at most {MAX_NOTE_LENGTH} characters, without U+0000.")
+    if value is NO_VALUE:
+        # The answer is the tool's result; only the deadline pass closes a question without one.
+        if ask.kind == Ask.Kind.PLAIN and via != Ask.Via.DEADLINE:
+            raise AskInvalid("A question (askHuman) is answered: send value, the answer its tool returns to the run.")
+        return
     try:
         written = orjson.dumps(value)
     except orjson.JSONEncodeError:
@@ -127,11 +136,8 @@ def _check_decision(ask: Ask, via: str, by_label: str, note: str | None, value: 
     if json_holds_nul(written):
         raise AskInvalid("value must not contain U+0000.")
     if ask.kind == Ask.Kind.PLAIN:
-        # The answer is the tool's result; only the deadline pass closes a question without one.
-        if value is None and via != Ask.Via.DEADLINE:
-            raise AskInvalid("A question (askHuman) is answered: send value, the answer its tool returns to the run.")
-        return
-    if value is not None and not _is_decision_value(value):
+        return  # any value, null included, is an answer (spec §2.1)
+    if not _is_decision_value(value):
         raise AskInvalid(
             "value of a check-in or middleware ask is a DecisionValue {kind, value, from?, coverage?}: "
             "kind a string naming what was chosen, value the choice."
@@ -594,7 +600,7 @@ def ask_decide(
     user: User | None = None,
     key: AgentKey | None = None,
     note: str | None = None,
-    value: Any = None,
+    value: Any = NO_VALUE,
 ) -> Ask:
     """Record the one decision of an ask.
 
@@ -620,6 +626,8 @@ def ask_decide(
             "This key opened the ask (or posted its checkpoint), so it cannot decide it: a person "
             "decides at /inbox/, or an integration with its own key (scope 'decide')."
         )
+    if value is None and target.kind != Ask.Kind.PLAIN:
+        value = NO_VALUE  # null is no DecisionValue: a consent gate's decision without one
     _check_decision(target, via, by_label, note, value)
     late = via != Ask.Via.DEADLINE
     # The refusal is raised once this block has committed: a late decider's deadline decision
@@ -650,7 +658,7 @@ def _decision_record(
     user: User | None = None,
     key: AgentKey | None = None,
     note: str | None = None,
-    value: Any = None,
+    value: Any = NO_VALUE,
 ) -> Ask | None:
     """Claim the ask while it is open (and `condition` holds), chain the decision, NOTIFY it and
     queue its webhook. None when the claim fails. Runs under the run's lock."""
@@ -663,7 +671,9 @@ def _decision_record(
         decided_at=Now(),
         decided_via=via,
         note=note or None,
-        value=value,
+        # Value(None, JSONField) is JSON null, an answer; without one the column stays SQL NULL.
+        value=None if value is NO_VALUE else models.Value(value, output_field=models.JSONField()),
+        answered=value is not NO_VALUE,
     )
     if claimed != 1:
         return None

@@ -3,15 +3,16 @@
 import copy
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
 from ledger.models import AgentKey, Ask, Membership, Project, RunEvent
-from ledger.services import membership_grant
+from ledger.services import asks_apply_deadlines, membership_grant
 from tests.conftest import ApiClient, load_fixture, numbered_per_run
 from tests.ledger.ask_helpers import (
     ASKS,
@@ -429,6 +430,35 @@ def test_decide_plain_ask_answer(integration_client: ApiClient, agent_client: Ap
     assert decision["approved"] is True
     assert decision["answer"] == {"region": "eu-west-1"}
     assert "value" not in decision
+
+
+def test_decide_plain_ask_with_json_null_answers_null(integration_client: ApiClient, agent_client: ApiClient) -> None:
+    """Any value is a question's answer (spec §2.1), null too: it is kept apart from no value."""
+    ask_id = open_ask(agent_client, plain_body())["id"]
+
+    decision = decide(integration_client, ask_id, by="bot", value=None).json()["decision"]
+
+    assert decision["answer"] is None
+    assert agent_client.get(f"{ASKS}/{ask_id}/decision").json()["decision"]["answer"] is None
+
+
+def test_decide_plain_ask_without_a_value_is_refused(integration_client: ApiClient, agent_client: ApiClient) -> None:
+    ask_id = open_ask(agent_client, plain_body())["id"]
+
+    refused(decide(integration_client, ask_id, by="bot"), 422, "ERR_INVALID_ASK")
+
+
+def test_a_plain_ask_closed_by_its_deadline_gives_no_answer_to_resume_with(agent_client: ApiClient) -> None:
+    """Resumed without an answer, the framework refuses (ERR_PAUSE_ANSWER_REQUIRED, spec §2.4) and
+    the checkpoint stays good; `answer: null` would have run the tool as if a person said null."""
+    body = {**plain_body(), "deadline": (timezone.now() - timedelta(seconds=1)).isoformat()}
+    ask_id = open_ask(agent_client, body)["id"]
+    assert asks_apply_deadlines() == 1
+
+    decision = agent_client.get(f"{ASKS}/{ask_id}/decision").json()["decision"]
+
+    assert decision["by"] == "deadline"
+    assert "answer" not in decision
 
 
 @pytest.mark.parametrize(

@@ -466,6 +466,16 @@ def test_plain_ask_json_answer(approver_client: Client, project: Project) -> Non
     assert ask.decision()["answer"] == {"region": "eu-west-1", "replicas": 3}
 
 
+def test_plain_ask_json_null_answer_is_an_answer(approver_client: Client, project: Project) -> None:
+    ask = _plain(project)
+
+    response = approver_client.post(_decide_url(ask.pk), {"decision": "answer", "value": "null", "value_is_json": "on"})
+
+    assert response.status_code == 302
+    ask.refresh_from_db()
+    assert ask.decision()["answer"] is None
+
+
 def test_plain_ask_invalid_json_answer_is_refused(approver_client: Client, project: Project) -> None:
     ask = _plain(project)
 
