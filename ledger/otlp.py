@@ -276,6 +276,13 @@ def _int(attributes: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
+def _usd(attributes: dict[str, Any], key: str) -> float | None:
+    value = attributes.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
 def _some(**fields: Any) -> dict[str, Any]:
     """The fields that have a value: an attribute the span lacked stays absent, not null."""
     return {key: value for key, value in fields.items() if value is not None}
@@ -442,6 +449,10 @@ def span_events(span: Span) -> list[dict[str, Any]]:
         if name.startswith(AF_PREFIX) and len(name) <= MAX_TYPE_LENGTH:
             at = int(event["timeUnixNano"]) or span.start_unix_nano
             inner.append((at, index, (name.removeprefix(AF_PREFIX), span_event_payload(name, event["attributes"]), at)))
+    cost = _usd(span.attributes, "cost.cumulative_usd") if operation == "invoke_agent" else None
+    if cost is not None:  # the adapter's cost.tick, stamped on the turn's span (spec §6): as of its end
+        tick = ("cost.tick", {"cumulative": {"estimatedUsd": cost}, "source": "otlp"}, span.end_unix_nano)
+        inner.append((span.end_unix_nano, len(span.events), tick))
     inner.sort(key=lambda item: item[:2])
     planned = [p for p in (ends[0], *(item[2] for item in inner), ends[1]) if p is not None]
 

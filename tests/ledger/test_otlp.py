@@ -533,3 +533,17 @@ def test_a_tool_call_id_too_long_to_file_costs_no_span_and_no_500(agent_client):
 
     assert OtlpSpan.objects.count() == len(_fixture_spans())
     assert agent_client.get(f"/api/v1/runs/{_run().run_id}/verify").json()["valid"] is True
+
+
+def test_the_cost_the_adapter_stamps_on_the_turns_span_is_the_runs_cost(agent_client):
+    """Spec §6: `cost.tick` is exported as `cost.cumulative_usd` on the top span; natively it is
+    the run's cost, so the OTLP-fed run's page shows it too (it read "not reported")."""
+    document = _fixture()
+    root = next(s for s in document["resourceSpans"][0]["scopeSpans"][0]["spans"] if not s.get("parentSpanId"))
+    root["attributes"].append({"key": "cost.cumulative_usd", "value": {"doubleValue": 0.0123}})
+
+    _post_json(agent_client, document)
+
+    run = _run()
+    assert run.cost_usd == pytest.approx(0.0123)
+    assert RunEvent.objects.filter(run=run, type="agentfootprint.cost.tick").count() == 1
