@@ -3,6 +3,7 @@ store's clock before touching a payload, so an expired artifact is invisible how
 sweeper runs."""
 
 import base64
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -246,3 +247,25 @@ def artifact_view_for_project(*, store: ArtifactStore, ref: str) -> ArtifactView
             status = "not-minted"
     children = list(Artifact.objects.filter(store=store, parent_refs__contains=[ref]).order_by("-id")[:50])
     return ArtifactView(artifact, tombstone, is_live, body, status, children)
+
+
+PAGE_PREVIEW_BYTES = 64 * 1024
+
+
+def payload_preview(view: ArtifactView, limit: int = PAGE_PREVIEW_BYTES) -> dict[str, Any] | None:
+    """Text to show of the view's payload (its first `limit` bytes), always rendered escaped by the
+    template; binary is never decoded.
+
+    Bytes that no longer match their digest are never shown, as get never delivers them. JSON is
+    indented when orjson can round-trip it and shown as stored otherwise: bytes without a digest
+    can be corrupt too, orjson cannot parse a lone surrogate (valid JSON text) and cannot write
+    nesting deeper than 254 levels.
+    """
+    body, artifact = view.body, view.artifact
+    if body is None or artifact is None or artifact.payload_shape == "binary" or view.digest_status == "mismatch":
+        return None
+    text = body[:limit].decode("utf-8", errors="replace")
+    if artifact.payload_shape == "json" and len(body) <= limit:
+        with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # else the stored text
+            text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
+    return {"text": text, "truncated": len(body) > limit, "limit": limit}

@@ -1,6 +1,5 @@
 """Auditor pages for a project's artifacts: list, detail with a safe preview, holds, retention."""
 
-import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,7 +21,6 @@ from ledger.models import Membership, Project
 from ledger.selectors import decode_cursor, encode_cursor, project_get_for_user
 
 PER_PAGE = 50
-PREVIEW_BYTES = 64 * 1024
 HOLDERS = (Membership.Role.AUDITOR, Membership.Role.ADMIN)
 
 
@@ -32,23 +30,6 @@ def _project(request: HtmxHttpRequest, slug: str) -> tuple[Project, str, Artifac
         raise Http404("No such project.")
     project, role = found
     return project, role, services.store_for_project(project=project)
-
-
-def _preview(shape: str, body: bytes | None, digest_status: str) -> dict[str, Any] | None:
-    """Text to show, always rendered escaped by the template; binary is never decoded.
-
-    Bytes that no longer match their digest are never shown, as get never delivers them. JSON is
-    indented when orjson can round-trip it and shown as stored otherwise: bytes without a digest
-    can be corrupt too, orjson cannot parse a lone surrogate (valid JSON text) and cannot write
-    nesting deeper than 254 levels.
-    """
-    if body is None or shape == "binary" or digest_status == "mismatch":
-        return None
-    text = body[:PREVIEW_BYTES].decode("utf-8", errors="replace")
-    if shape == "json" and len(body) <= PREVIEW_BYTES:
-        with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # else the stored text
-            text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
-    return {"text": text, "truncated": len(body) > PREVIEW_BYTES}
 
 
 def _run_links(run_ids: Iterable[str | None]) -> set[str]:
@@ -107,7 +88,7 @@ def _detail_context(request: HtmxHttpRequest, project_slug: str, ref: str) -> di
         "meta_json": orjson.dumps(selectors.meta_of(artifact), option=orjson.OPT_INDENT_2).decode()
         if artifact
         else None,
-        "preview": _preview(artifact.payload_shape, view.body, view.digest_status) if artifact else None,
+        "preview": selectors.payload_preview(view) if artifact else None,
         "run_links": _run_links([artifact.origin_run_id] if artifact else []),
         "holds": ArtifactHold.objects.filter(store=store, artifact_ref=ref).select_related("placed_by", "released_by"),
         "can_hold": role in HOLDERS and artifact is not None,

@@ -14,6 +14,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from artifacts.models import ArtifactStore
+from artifacts.selectors import ArtifactView, artifact_view_for_project, payload_preview
 from footprint_site.notify import ask_decisions
 from ledger import audit
 from ledger.exceptions import AskNotFound, RunNotFound
@@ -323,9 +325,20 @@ def _refs_in(value: Any) -> list[str]:
     return sorted(set(REF_IN_TEXT.findall(orjson.dumps(value).decode()))) if value is not None else []
 
 
+MAX_PREVIEWED_REFS = 5
+ASK_PREVIEW_BYTES = 4 * 1024
+
+
+@dataclass(frozen=True)
+class ReferencedArtifact:
+    """An artifact the ask's arguments or component reference: what the person decides on."""
+
+    view: ArtifactView
+    preview: dict[str, Any] | None
+
+
 def ask_context(*, ask: Ask) -> dict[str, Any]:
     """Everything a person needs to decide, gathered from the run (never the checkpoint itself)."""
-    from artifacts.models import Artifact
 
     run = Run.objects.filter(project=ask.project, run_id=ask.run_id).first()
     call = (
@@ -353,11 +366,13 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
         )[::-1]
     component = ask.component if isinstance(ask.component, dict) else None
     refs = _refs_in(args) + _refs_in(component)
-    artifacts = list(
-        Artifact.objects.filter(store__project=ask.project, ref__in=refs).only(
-            "ref", "kind", "label", "bytes", "media_type", "expires_at", "payload_shape", "id", "expiry_bucket"
-        )
-    )
+    store = ArtifactStore.objects.filter(project=ask.project).first() if refs else None
+    views = [artifact_view_for_project(store=store, ref=ref) for ref in refs[:MAX_PREVIEWED_REFS]] if store else []
+    artifacts = [
+        ReferencedArtifact(view, payload_preview(view, ASK_PREVIEW_BYTES))
+        for view in views
+        if view is not None and view.artifact is not None
+    ]
     history = list(
         Ask.objects.filter(project=ask.project, tool_name=ask.tool_name, status=Ask.Status.DECIDED)
         .exclude(pk=ask.pk)

@@ -294,6 +294,28 @@ def test_ask_page_shows_a_component_whose_id_is_no_string_as_an_unknown_one(
     assert escape('"payee-picker"') in page
 
 
+def test_ask_page_previews_the_artifact_its_component_references(
+    approver_client: Client, agent_client: ApiClient, project: Project
+) -> None:
+    """Issue #4: what the person decides on (a stale choice is refused by the framework, §2.4),
+    not only its ref and size; escaped, and cut at 4 KiB with a pointer to the artifact's page."""
+    from artifacts.scopes import Scope
+    from artifacts.services import PutInput, artifact_put, store_for_project
+
+    text = "payee ACC-900 <b>rows</b> " + "x" * 5000
+    spec = PutInput(kind="dataset/rows", media_type="text/plain", payload={"shape": "text", "value": text})
+    meta, _ = artifact_put(store=store_for_project(project=project), scope=Scope("t1", "p1", "c1"), spec=spec)
+    body = b_body()
+    body["pauseData"]["ask"]["component"] = {"componentId": "payee-picker", "propsRef": meta["ref"]}
+    ask_id = agent_client.post_json(ASKS, body).json()["ask"]["id"]
+
+    page = _html(approver_client.get(f"/asks/{ask_id}/"))
+
+    assert escape("payee ACC-900 <b>rows</b>") in page
+    assert "x" * 5000 not in page
+    assert "The first 4096 bytes shown" in page
+
+
 def test_ask_page_shows_transformed_and_original_args_when_they_differ(
     approver_client: Client, agent_client: ApiClient
 ) -> None:
