@@ -8,6 +8,8 @@ bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY") or max(2, (os.cpu_count() or 1) * 2))
 # Threads: an ask long-poll holds its request for up to 55 s, which would idle a sync worker.
 threads = int(os.environ.get("WEB_THREADS") or 4)
+# Read by the settings (the app loads after this file): how many ask long-polls a worker may hold.
+os.environ["FOOTPRINT_WEB_THREADS"] = str(threads)
 # gthread, but new connections go to the worker holding the fewest (see footprint_site/gunicorn_worker.py).
 worker_class = "footprint_site.gunicorn_worker.BalancedThreadWorker" if threads > 1 else "sync"
 timeout = 75  # the ask long-poll holds a request up to 55 s

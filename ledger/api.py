@@ -311,15 +311,27 @@ def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     return json_response({"ask": ask_as_json(ask, with_checkpoint=mine)})
 
 
+# How long a client whose wait found no free slot waits before asking again: the waits it queues
+# behind end within 55 s, most sooner (a decision, a supersede).
+WAITS_FULL_RETRY_MS = 2000
+
+
 @router.get("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
 def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> HttpResponse:
     """The decision, at once when made; with `wait` (≤ 55 s) the request is held open until it is.
     409 `ERR_ASK_SUPERSEDED` once the ask's session paused again: no run waits on it (it opens
-    again only if a late pause event shows it was the session's latest after all)."""
+    again only if a late pause event shows it was the session's latest after all). A wait this
+    process has no thread to spare for answers "open" at once with `retryAfterMs` (and
+    Retry-After): ask again after that long."""
     if not math.isfinite(wait):
         raise InvalidParameter("wait must be a number of seconds from 0 to 55.")
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
-    ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
+    try:
+        ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
+    except selectors.WaitsFull:  # every thread this process may hold waits: ask again shortly
+        response = json_response({"status": "open", "retryAfterMs": WAITS_FULL_RETRY_MS})
+        response["Retry-After"] = str(WAITS_FULL_RETRY_MS // 1000)
+        return response
     if ask.status == Ask.Status.SUPERSEDED:  # no run waits on it: waiting on would wait for nothing
         raise AskSuperseded.of(session_id=ask.session_id, superseded_by=ask.superseded_by_id)
     decision = ask.decision()

@@ -170,6 +170,9 @@ export async function waitForDecision(server, askId, { timeoutMs = Infinity } = 
     if (deadline - Date.now() <= 0) {
       throw Object.assign(new Error(`ask ${askId} was not decided within ${timeoutMs} ms`), { timedOut: true });
     }
+    // The server had no thread to hold this wait on: it says when to ask again.
+    const pauseMs = Math.min(Math.max(Number(answer.retryAfterMs) || 0, 0), 60_000, deadline - Date.now());
+    if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
   }
 }
 

@@ -285,3 +285,52 @@ console.log(JSON.stringify({ timedOut, requests }));
     )
     assert result["timedOut"] is True
     assert result["requests"] <= 4, f"{result['requests']} decision requests in 1.9 s"
+
+
+# --- both clients: a wait the server had no thread for ---------------------------------------------
+
+
+def test_python_wait_for_decision_asks_again_when_told_instead_of_spinning(
+    client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no wait slot free the server answers "open" at once with retryAfterMs: the client waits
+    that long before asking again, so 5 s of waiting is a few requests, not hundreds."""
+    settings.FOOTPRINT_ASK_WAITS_PER_PROCESS = 0
+    ask = client.open_ask("run-busy", {"toolCallId": "q1", "toolName": "ask_user", "question": "?"})
+    requests = 0
+    original = client._json
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal requests
+        requests += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(client, "_json", counted)
+    with pytest.raises(TimeoutError):
+        client.wait_for_decision(ask["id"], timeout=5)
+    assert requests <= 4, f"{requests} decision requests in 5 s"
+
+
+def test_js_wait_for_decision_asks_again_when_told_instead_of_spinning(
+    node_env: dict[str, str], client: Client, tmp_path: Path, settings: Any
+) -> None:
+    settings.FOOTPRINT_ASK_WAITS_PER_PROCESS = 0
+    ask = client.open_ask("run-js-busy", {"toolCallId": "q1", "toolName": "ask_user", "question": "?"})
+    result = _run_node(
+        """
+let requests = 0;
+const originalFetch = globalThis.fetch;
+globalThis.fetch = (...args) => { requests += 1; return originalFetch(...args); };
+let timedOut = false;
+try {
+  await observerModule.waitForDecision({ url: URL_, key: KEY }, Number(process.env.ASK_ID), { timeoutMs: 5000 });
+} catch (error) {
+  timedOut = error.timedOut === true;
+}
+console.log(JSON.stringify({ timedOut, requests }));
+""",
+        tmp_path,
+        {**node_env, "ASK_ID": str(ask["id"])},
+    )
+    assert result["timedOut"] is True
+    assert result["requests"] <= 4, f"{result['requests']} decision requests in 5 s"

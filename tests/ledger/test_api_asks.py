@@ -1,9 +1,12 @@
 """The agent-facing asks API: open (idempotent), read, long-poll the decision, decide once."""
 
 import copy
+import http.client
+import json
 import threading
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +14,8 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from ledger.models import AgentKey, Ask, Membership, Project, RunEvent
-from ledger.services import asks_apply_deadlines, membership_grant
+from ledger.models import AGENT_SCOPES, AgentKey, Ask, Membership, Project, RunEvent
+from ledger.services import agent_key_create, ask_open, asks_apply_deadlines, membership_grant
 from tests.conftest import ApiClient, load_fixture, numbered_per_run
 from tests.ledger.ask_helpers import (
     ASKS,
@@ -595,6 +598,91 @@ def test_decision_long_poll_wakes_every_waiter(integration_client: ApiClient, ag
 
     assert not any(t.is_alive() for t in threads)
     assert bodies == [{"status": "decided", "decision": decision}] * 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wait_beyond_the_processs_wait_slots_answers_open_at_once_with_when_to_ask_again(
+    integration_client: ApiClient, agent_client: ApiClient, settings: Any
+) -> None:
+    """Each wait holds a web thread: past FOOTPRINT_ASK_WAITS_PER_PROCESS the wait is not held, so
+    a thread stays free for the decision that ends the others."""
+    settings.FOOTPRINT_ASK_WAITS_PER_PROCESS = 1
+    first, second = open_ask(agent_client)["id"], open_ask(agent_client, plain_body())["id"]
+    outcome: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            outcome["body"] = ApiClient(secret_of(agent_client)).get(f"{ASKS}/{first}/decision?wait=20").json()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    turned_away = agent_client.get(f"{ASKS}/{second}/decision?wait=20")
+    elapsed = time.monotonic() - started
+    decided = decide(integration_client, first, approved=True, by="dana")
+    thread.join(20)
+
+    assert turned_away.json() == {"status": "open", "retryAfterMs": 2000}
+    assert turned_away["Retry-After"] == "2"
+    assert elapsed < 5
+    assert outcome["body"] == {"status": "decided", "decision": decided.json()["decision"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waiting_agents_never_keep_a_decision_from_being_made_under_gunicorn(tmp_path: Path, project: Any) -> None:
+    """Twice as many agents wait as the server has threads (4 workers x 4): the waits they found
+    no slot for answer open with a time to ask again, and an integration's decision, the request
+    that releases a wait, is answered at once instead of queueing behind them."""
+    from tests.servers import Gunicorn
+
+    agent_secret = agent_key_create(project=project, scopes=AGENT_SCOPES)[1]
+    decider_secret = agent_key_create(project=project, scopes=[AgentKey.Scope.DECIDE])[1]
+    workers, threads = 4, 4
+    ask_ids = [
+        ask_open(
+            project=project,
+            key=None,
+            run_id=f"run-wait-{n}",
+            session_id=None,
+            pause_data={"toolCallId": "t3", "toolName": "pay", "ask": {"question": f"Pay {n}?"}},
+            checkpoint=None,
+            deadline=None,
+            on_timeout="decline",
+        )[0].pk
+        for n in range(2 * workers * threads)
+    ]
+    server = Gunicorn(tmp_path / "gunicorn.log", workers=workers, env={"WEB_THREADS": str(threads)})
+    waiting: list[http.client.HTTPConnection] = []
+    try:
+        server.start()
+        for ask_id in ask_ids:
+            agent = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            agent.request(
+                "GET", f"/api/v1/asks/{ask_id}/decision?wait=30", headers={"Authorization": f"Bearer {agent_secret}"}
+            )
+            waiting.append(agent)
+        time.sleep(2)  # every wait is held or answered
+        decider = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        started = time.monotonic()
+        decider.request(
+            "POST",
+            f"/api/v1/asks/{ask_ids[0]}/decision",
+            body=json.dumps({"approved": True, "by": "ops-bot"}),
+            headers={"Authorization": f"Bearer {decider_secret}", "Content-Type": "application/json"},
+        )
+        answer = decider.getresponse()
+        answer.read()
+        elapsed = time.monotonic() - started
+    finally:
+        for agent in waiting:
+            agent.close()
+        server.stop()
+
+    assert answer.status == 200
+    assert elapsed < 5
 
 
 # Exactly once under contention

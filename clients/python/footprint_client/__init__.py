@@ -386,6 +386,18 @@ class Client:
                 return decision
             if give_up is not None and time.monotonic() >= give_up:
                 raise TimeoutError(f"ask {ask_id} was not decided within {timeout} s")
+            # The server had no thread to hold this wait on: it says when to ask again.
+            pause = _retry_after_ms(answer) / 1000
+            if pause:
+                time.sleep(pause if give_up is None else min(pause, max(0.0, give_up - time.monotonic())))
+
+
+def _retry_after_ms(answer: JsonObject) -> float:
+    """A still-open answer's `retryAfterMs`, 0 to 60,000; 0 when it has none."""
+    value = answer.get("retryAfterMs")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(min(max(value, 0), 60_000))
 
 
 def _retryable(error: FootprintError, retry: _Retry) -> bool:
