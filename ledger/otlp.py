@@ -428,17 +428,23 @@ def _iteration_number(span: Span) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def span_events(span: Span) -> list[dict[str, Any]]:
+def is_agent_span(attributes: dict[str, Any]) -> bool:
+    return _str(attributes, "gen_ai.operation.name") == "invoke_agent"
+
+
+def span_events(span: Span, *, nested_agent: bool = False) -> list[dict[str, Any]]:
     """The span as typed event envelopes without `seq`: its start event, its `agentfootprint.*`
     span events in time order, then its end event. A span of no known kind maps to its span
-    events only (often none); the span itself is still stored verbatim."""
+    events only (often none); the span itself is still stored verbatim. A `nested_agent` (an
+    `invoke_agent` span below another: a sub-agent, a hand-off) is a step of the trace's turn, not
+    the turn: its start and end are not the run's (the run's outcome is its root agent's)."""
     operation = _str(span.attributes, "gen_ai.operation.name")
     ends: tuple[Planned | None, Planned | None] = (None, None)
     if operation == "execute_tool":
         ends = _tool(span)
     elif operation in CHAT_OPERATIONS:
         ends = _chat(span)
-    elif operation == "invoke_agent":
+    elif operation == "invoke_agent" and not nested_agent:
         ends = _agent(span)
     elif (number := _iteration_number(span)) is not None:
         ends = _iteration(span, number)
@@ -457,7 +463,7 @@ def span_events(span: Span) -> list[dict[str, Any]]:
     planned = [p for p in (ends[0], *(item[2] for item in inner), ends[1]) if p is not None]
 
     identity = {}
-    if operation == "invoke_agent":
+    if operation == "invoke_agent" and not nested_agent:
         # An id a run cannot be filed under (over 200 characters, U+0000) stays in the verbatim span only.
         identity = _some(
             principal=_id(span.attributes, "agentfootprint.principal.id"),

@@ -16,7 +16,7 @@ from django.db.models import F, Max
 from ledger.envelopes import Event, check_events, replace_nul
 from ledger.exceptions import BatchInvalid
 from ledger.models import AgentKey, OtlpSpan, Project, Run
-from ledger.otlp import Span, export_message, span_events
+from ledger.otlp import Span, export_message, is_agent_span, span_events
 from ledger.services.ingest import events_ingest
 
 
@@ -63,6 +63,39 @@ def _numbered(envelopes: list[dict[str, Any]], first_seq: int) -> tuple[list[Eve
         except BatchInvalid:
             continue
     return events, len(envelopes) - len(events)
+
+
+MAX_ANCESTRY = 64  # parent links followed up from an agent span; a cycle or a deeper tree ends there
+
+
+def _nested_agents(project: Project, trace_id: str, spans: dict[str, Span]) -> set[str]:
+    """The `invoke_agent` spans among `spans` that have another `invoke_agent` span above them, in
+    this request or stored earlier. A parent that arrives later (exporters send children first)
+    is not known yet; its own end is numbered after the child's then, so it still decides the
+    run's status."""
+    nested = set()
+    for span in spans.values():
+        if not is_agent_span(span.attributes):
+            continue
+        parent_id, seen = span.parent_span_id, {span.span_id}
+        while parent_id and parent_id not in seen and len(seen) < MAX_ANCESTRY:
+            seen.add(parent_id)
+            parent = spans.get(parent_id)
+            if parent is not None:
+                attributes, parent_id = parent.attributes, parent.parent_span_id
+            else:
+                stored = (
+                    OtlpSpan.objects.filter(project=project, trace_id=trace_id, span_id=parent_id)
+                    .values_list("attributes", "parent_span_id")
+                    .first()
+                )
+                if stored is None:
+                    break
+                attributes, parent_id = stored
+            if is_agent_span(attributes):
+                nested.add(span.span_id)
+                break
+    return nested
 
 
 def _row(project: Project, span: Span, number: int, first_seq: int, event_count: int) -> OtlpSpan:
@@ -132,8 +165,9 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
         number, seq = numbers.get(trace_id, (0, 0))
         fresh = [span for span_id, span in by_trace[trace_id].items() if (trace_id, span_id) not in stored]
         duplicates += len(by_trace[trace_id]) - len(fresh)
+        nested = _nested_agents(project, trace_id, by_trace[trace_id])
         for span in sorted(fresh, key=lambda s: (s.start_unix_nano, s.span_id)):
-            span_events_checked, left_out = _numbered(span_events(span), seq)
+            span_events_checked, left_out = _numbered(span_events(span, nested_agent=span.span_id in nested), seq)
             if left_out:
                 unmapped.append(f"span {span.span_id} ({span.name!r}): {left_out} of its mapped events are not valid")
             rows.append(_row(project, span, number, seq, len(span_events_checked)))

@@ -547,3 +547,36 @@ def test_the_cost_the_adapter_stamps_on_the_turns_span_is_the_runs_cost(agent_cl
     run = _run()
     assert run.cost_usd == pytest.approx(0.0123)
     assert RunEvent.objects.filter(run=run, type="agentfootprint.cost.tick").count() == 1
+
+
+def _agent_span(span_id: str, name: str, start_ms: int, end_ms: int, failed: bool, parent: str = "") -> dict[str, Any]:
+    return {
+        "traceId": TRACE_ID,
+        "spanId": span_id,
+        "parentSpanId": parent,
+        "name": f"invoke_agent {name}",
+        "kind": 1,
+        "startTimeUnixNano": str(start_ms * 1_000_000),
+        "endTimeUnixNano": str(end_ms * 1_000_000),
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "invoke_agent"}},
+            {"key": "gen_ai.agent.name", "value": {"stringValue": name}},
+        ],
+        "status": {"code": 2, "message": f"{name} failed"} if failed else {"code": 0},
+    }
+
+
+@pytest.mark.parametrize("one_request", [True, False])
+@pytest.mark.parametrize(("root_failed", "expected"), [(True, "failed"), (False, "completed")])
+def test_a_runs_status_is_its_root_agents_not_a_sub_agents(agent_client, one_request, root_failed, expected):
+    """Multi-agent GenAI instrumentations nest invoke_agent spans (a sub-agent, a hand-off); the run
+    is the trace, so its outcome is the root agent's, whatever the sub-agent's, whether the spans
+    come in one request or one by one as they end (children first)."""
+    root = _agent_span("1111111111111111", "planner", 1_796_043_018_100, 1_796_043_018_900, root_failed)
+    child = _agent_span(
+        "2222222222222222", "researcher", 1_796_043_018_200, 1_796_043_018_300, not root_failed, root["spanId"]
+    )
+    for spans in [[child, root]] if one_request else [[child], [root]]:
+        _post_json(agent_client, _with_spans(spans))
+
+    assert _run().status == expected
