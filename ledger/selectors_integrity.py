@@ -13,6 +13,7 @@ import orjson
 from django.db import connection
 
 from footprint_site.lib.chain import GENESIS, link_hash
+from footprint_site.lib.js import js_equal
 from ledger import anchors
 from ledger.envelopes import canonical_bytes, json_holds_nul, replace_nul, wall_clock_ms_of
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Project, Run
@@ -66,23 +67,12 @@ def _record_problem(
     if isinstance(doc, str):  # Django's psycopg setup hands jsonb over as text
         doc = orjson.loads(doc)
     # Not ==, which takes true for 1; jsonb writes some numbers back otherwise (1e16 as 10000000000000000).
-    same = canonical_bytes(doc) == expected or _same_json(parsed, doc)
+    same = canonical_bytes(doc) == expected or js_equal(parsed, doc)
     if not same or parsed.get("seq") != seq or parsed.get("type") != type_:
         return f"record {position}'s queryable copy (doc, seq or type) no longer matches its hashed bytes"
     if _columns_of(parsed) != (tool_call_id, wall_clock_ms):
         return f"record {position}'s tool call or time column no longer matches its hashed bytes"
     return None
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    """Equal as JSON values: numbers by value, but a boolean is never a number."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_json(v, b[k]) for k, v in a.items())
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(map(_same_json, a, b))
-    return bool(a == b)
 
 
 def _columns_of(parsed: dict[str, Any]) -> tuple[str | None, int | None]:

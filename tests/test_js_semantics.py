@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from footprint_site.lib.js import js_has_property, js_number, js_string, js_stringify
+from footprint_site.lib.js import js_equal, js_has_property, js_number, js_string, js_stringify
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,21 @@ def test_string_of_an_array_joins_and_prints_nulls_as_nothing():
 )
 def test_in_finds_own_entries_and_the_prototypes_names(container, name, found):
     assert js_has_property(container, name) is found
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        (1.2345678901234568e18, 1234567890123456800, True),  # jsonb's digits for the double
+        (1, 1.0, True),
+        ({"a": [1, True]}, {"a": [1.0, True]}, True),
+        (True, 1, False),
+        (0, False, False),
+        ({"a": 1}, {"b": 1}, False),
+        ([1, 2], [2, 1], False),
+        ("1", 1, False),
+    ],
+)
+def test_js_equal_compares_json_values_as_javascript_reads_them(a, b, equal):
+    assert js_equal(a, b) is equal
+    assert js_equal(b, a) is equal

@@ -145,3 +145,18 @@ def js_own_property(value: dict[str, Any] | list[Any], name: str) -> Any:
     if isinstance(value, list):
         return value[int(name)] if _is_array_index(name) and int(name) < len(value) else None
     return value.get(name)
+
+
+def js_equal(a: Any, b: Any) -> bool:
+    """Equal as JSON values read by JavaScript: numbers as doubles (jsonb keeps the digits of
+    1.2345678901234568e18 and reads them back as the integer 1234567890123456800), a boolean never
+    a number, objects by their keys whatever their order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return as_double(a) == as_double(b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(js_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(js_equal, a, b))
+    return bool(a == b)

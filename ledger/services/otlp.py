@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Max
 
+from footprint_site.lib.js import js_equal
 from ledger.envelopes import Event, check_events, replace_nul
 from ledger.exceptions import BatchInvalid
 from ledger.models import AgentKey, OtlpSpan, Project, Run
@@ -154,7 +155,8 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
         ).values_list("trace_id", "span_id", "raw")
     }
     for (trace_id, span_id), raw in stored.items():
-        if raw != replace_nul(by_trace[trace_id][span_id].raw):  # an exporter's retry sends the same span
+        # An exporter's retry sends the same span (its numbers as jsonb read them back, by value).
+        if not js_equal(raw, replace_nul(by_trace[trace_id][span_id].raw)):
             problems.append(f"span {span_id} was stored earlier with different content: the stored one is kept")
     numbers = _next_numbers(project, trace_ids)
     rows: list[OtlpSpan] = []

@@ -580,3 +580,18 @@ def test_a_runs_status_is_its_root_agents_not_a_sub_agents(agent_client, one_req
         _post_json(agent_client, _with_spans(spans))
 
     assert _run().status == expected
+
+
+def test_an_exporters_retry_of_a_span_holding_a_large_double_is_the_same_span(agent_client):
+    """jsonb keeps 1.2345678901234568e18 as the digits 1234567890123456800, which read back as an
+    integer that Python's == finds unequal to the double sent: the very same request, re-sent
+    because the 200 was lost, was rejected as "different content"."""
+    document = _fixture()
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"].append({"key": "started.ns", "value": {"doubleValue": 1.2345678901234568e18}})
+    body = json.dumps(_with_spans([span]))
+
+    first, again = _post(agent_client, body).json(), _post(agent_client, body).json()
+
+    assert "partialSuccess" not in first
+    assert "partialSuccess" not in again
