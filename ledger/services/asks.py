@@ -5,6 +5,7 @@ won and when. The decision is appended to the run's hash chain as a server-autho
 announced with NOTIFY, which wakes every long-poll waiting on it at once.
 """
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
@@ -34,7 +35,7 @@ from ledger.exceptions import (
     AskStaleDecision,
     AskSuperseded,
 )
-from ledger.models import AgentKey, Ask, Project, Run, ToolCall, WebhookDelivery
+from ledger.models import AgentKey, Ask, MiddlewareDecision, Project, Run, RunEvent, ToolCall, WebhookDelivery
 from ledger.services.ingest import CONSUMER_SCOPE, run_append_server_event, run_lock
 
 NOTIFY_CHANNEL = "ask_decided"
@@ -234,6 +235,8 @@ def ask_open(
         pass
     else:
         _supersede_in_session(ask)
+        if _close_if_reported_already(ask):
+            ask.refresh_from_db()
         return ask, True
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
     _bar_from_deciding(ask, key)
@@ -493,6 +496,7 @@ def _open_reported(
             existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
         else:
             _supersede_in_session(opened)
+            _close_if_reported_already(opened)
             return
     _bar_from_deciding(existing, key)
     updates: dict[str, Any] = {}
@@ -510,7 +514,7 @@ def _open_reported(
         _supersede_in_session(existing)
 
 
-def _resumed_ask_verdict(payload: dict[str, Any]) -> tuple[bool, str, str | None] | None:
+def _resumed_ask_verdict(payload: Mapping[str, Any]) -> tuple[bool, str, str | None] | None:
     """A resumed middleware ask's own row (spec §1.7): `approved by <by>[: <note>]` with outcome
     allow, or `declined by …` with deny; (approved, by, note), else None."""
     why = payload.get("why")
@@ -523,11 +527,11 @@ def _resumed_ask_verdict(payload: dict[str, Any]) -> tuple[bool, str, str | None
 
 def _close_reported(
     project: Project, tool_call_id: Any, approved: bool, by: Any, note: Any, *, middleware: Any = None
-) -> None:
+) -> bool:
     """Close the ask a resumed run reports decided elsewhere: a check-in's `checkin.decision`, or
-    a middleware ask's verdict row (then only the ask of that middleware)."""
+    a middleware ask's verdict row (then only the ask of that middleware). Whether it did."""
     if not isinstance(tool_call_id, str):
-        return
+        return False
     # The resumed run reports under a new runId and no session, so the ask is found by its tool
     # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
     # decision made here, so unless this is the project's only ask for the call, nothing is decided.
@@ -539,7 +543,7 @@ def _close_reported(
         asks = asks.filter(kind=Ask.Kind.ASK, middleware=middleware)
     candidates = list(asks[:2])
     if len(candidates) != 1 or candidates[0].status not in undecided:
-        return
+        return False
     claimed = Ask.objects.filter(pk=candidates[0].pk, status__in=undecided).update(
         status=Ask.Status.DECIDED,
         superseded_by=None,
@@ -552,6 +556,41 @@ def _close_reported(
     if claimed:
         # The run's own report is the chain's record of it; the long-polls still wake.
         _wake_waiters(candidates[0].pk)
+    return bool(claimed)
+
+
+def _close_if_reported_already(ask: Ask) -> bool:
+    """A new ask whose resumed run already reported its decision (its events came first, a
+    batch of another run flushed sooner): closed by that report as it would have been. Whether it
+    was."""
+    if ask.kind not in (Ask.Kind.ASK, Ask.Kind.CHECK_IN):
+        return False
+    # The resumed run holds the call as a row of its own (an end without a start).
+    resumed_runs = ToolCall.objects.filter(run__project=ask.project, tool_call_id=ask.tool_call_id).exclude(
+        run__run_id=ask.run_id
+    )
+    if ask.kind == Ask.Kind.ASK:
+        rows = MiddlewareDecision.objects.filter(
+            run__in=resumed_runs.values("run"),
+            tool_call_id=ask.tool_call_id,
+            middleware=ask.middleware,
+            moment="before-tool",
+        ).values("outcome", "why")
+        for row in rows:
+            verdict = _resumed_ask_verdict(row)
+            if verdict is not None:
+                return _close_reported(ask.project, ask.tool_call_id, *verdict, middleware=ask.middleware)
+        return False
+    reports = RunEvent.objects.filter(
+        run__in=resumed_runs.values("run"), tool_call_id=ask.tool_call_id, type="agentfootprint.checkin.decision"
+    ).values_list("doc", flat=True)
+    for doc in reports:
+        payload = doc.get("payload") if isinstance(doc, dict) else None
+        if isinstance(payload, dict) and isinstance(payload.get("approved"), bool):
+            return _close_reported(
+                ask.project, ask.tool_call_id, payload["approved"], payload.get("by"), payload.get("note")
+            )
+    return False
 
 
 def _wake_waiters(ask_id: int) -> None:

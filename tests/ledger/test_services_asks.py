@@ -797,3 +797,35 @@ def test_a_middleware_ask_the_run_resumed_with_a_decision_made_elsewhere_is_clos
     response = approver_client.post(f"/asks/{ask.pk}/decide/", {"decision": "decline" if approved else "approve"})
     assert response.status_code == 409
     assert not RunEvent.objects.filter(type="ledger.human_decision").exists()
+
+
+def test_a_middleware_ask_opened_after_its_resumed_runs_verdict_arrived_is_closed_by_it(agent_client):
+    """The resumed run's batch can come first (an observer flushes each run on its own): the ask
+    its pause opens later is closed by the verdict already stored, not left open to decide again."""
+    events = fixture_events("b-middleware/events-approved.json")
+    pause = next(e for e in events if e["type"] == "agentfootprint.pause.request")
+    assert agent_client.ingest([e for e in events if e is not pause]).status_code == 200
+    assert not Ask.objects.exists()
+
+    assert agent_client.ingest([pause]).status_code == 200
+
+    ask = Ask.objects.get()
+    assert (ask.status, ask.decided_via, ask.approved, ask.decided_by_label) == (
+        Ask.Status.DECIDED,
+        Ask.Via.RUN,
+        True,
+        "dana@treasury",
+    )
+
+
+def test_an_ask_posted_after_its_resumed_runs_verdict_arrived_answers_decided(agent_client):
+    from tests.ledger.ask_helpers import b_body
+
+    events = fixture_events("b-middleware/events-approved.json")
+    assert agent_client.ingest([e for e in events if e["type"] != "agentfootprint.pause.request"]).status_code == 200
+
+    response = agent_client.post_json("/api/v1/asks", b_body())
+
+    assert response.status_code == 201, response.content
+    assert response.json()["ask"]["status"] == "decided"
+    assert response.json()["ask"]["decision"]["by"] == "dana@treasury"

@@ -35,7 +35,9 @@ def test_tool_calls_tab_marks_the_step_that_refused(auditor_client, project, dec
     html = auditor_client.get(tab(project, declined_run, "tools")).content.decode()
     refused = re.findall(r'<li class="step refused">(.*?)</li>', html, re.S)
     assert refused
-    assert all("outcome: deny" in step for step in refused)
+    # The deny, and the ask its run reported declined (omar's verdict row closed it).
+    assert all("outcome: deny" in step or "/asks/" in step for step in refused)
+    assert any("/asks/" in step for step in refused)
 
 
 def test_verdicts_tab_groups_decisions_by_moment_with_their_why(auditor_client, project, declined_run):
