@@ -9,7 +9,8 @@
 //     // observer.runId is the run that paused: the checkpoint itself does not name it.
 //     const ask = await openAsk(server, observer.runId, outcome);
 //     const decision = await waitForDecision(server, ask.id, { timeoutMs: 24 * 3600_000 });
-//     outcome = await agent.resume(outcome.checkpoint, decision);   // {approved, by, at, note?}
+//     // A question (askHuman) resumes with its answer, the tool's result; the rest with the decision.
+//     outcome = await agent.resume(outcome.checkpoint, ask.kind === 'plain' ? decision.answer : decision);
 //   }
 //   await observer.close();
 
@@ -20,6 +21,9 @@ const RUN_ENDS = new Set(['agentfootprint.agent.turn_end', 'agentfootprint.pause
 // The server refuses bodies over 8 MiB by default. Lengths are counted in UTF-16 units, each at
 // most 3 bytes of UTF-8, so 2 Mi units stay under the limit whatever batchSize says.
 const MAX_BATCH_CHARS = 2 * 1024 * 1024;
+// The server refuses a request of more events (FOOTPRINT_MAX_EVENTS_PER_REQUEST, 413): a larger
+// batchSize still sends at most this many at a time.
+const MAX_BATCH_EVENTS = 5000;
 const REQUEST_TIMEOUT_MS = 30_000;
 // 408 and 429 mean "not now", not "not this request": retried like a 5xx.
 const RETRIED_4XX = new Set([408, 429]);
@@ -31,9 +35,11 @@ export function attachFootprintObserver(agent, {
 } = {}) {
   if (!url || !key) throw new TypeError('attachFootprintObserver(agent, {url, key}): url and key are required');
   const server = { url, key };
+  const perBatch = Math.min(batchSize, MAX_BATCH_EVENTS);
   const nextSeq = new Map();   // runId -> next seq; the server's idempotency is per (runId, seq)
   let queue = [];              // events already serialized (see listener)
   let lastRunId = null;
+  let unfolded = [];           // consumer-scope events seen before any run: folded into the next
   let busy = false;
   let closed = false;
   let sending = Promise.resolve();
@@ -46,15 +52,27 @@ export function attachFootprintObserver(agent, {
       // 'consumer-scope', every agent would number its pauses 0, 1, … in one shared run, and the
       // second agent's pause would collide with the first's seq (409, batch dropped). The event
       // is sent verbatim but for meta.runId, in a copy: the framework's own object is not touched.
-      // (Before any real run there is nothing to fold into; it is sent as it came.)
-      if (lastRunId) meta = { ...meta, runId: lastRunId };
+      // Before any run (an observer attached for a resume: pause.resume comes before the resumed
+      // run's first event) it waits for the next run and goes first in it.
+      if (!lastRunId) {
+        unfolded.push(event);
+        return;
+      }
+      meta = { ...meta, runId: lastRunId };
     } else if (typeof meta.runId === 'string' && meta.runId) {
       lastRunId = meta.runId;
+      const waiting = unfolded;
+      unfolded = [];
+      waiting.forEach(listener);
     } else {
       // One bad event makes the server refuse (422) its whole batch: keep it out of the batch.
       onError(new Error(`event ${event?.type} has no meta.runId; not sent`));
       return;
     }
+    enqueue(event, meta);
+  }
+
+  function enqueue(event, meta) {
     const seq = nextSeq.get(meta.runId) ?? 0;
     let json;
     try {
@@ -67,7 +85,7 @@ export function attachFootprintObserver(agent, {
     }
     nextSeq.set(meta.runId, seq + 1);
     queue.push(json);
-    if (queue.length >= batchSize || RUN_ENDS.has(event.type)) kick();
+    if (queue.length >= perBatch || RUN_ENDS.has(event.type)) kick();
   }
 
   async function drain() {
@@ -76,7 +94,7 @@ export function attachFootprintObserver(agent, {
       while (queue.length) {
         let chars = 0;
         let n = 0;
-        while (n < queue.length && n < batchSize && (n === 0 || chars + queue[n].length < MAX_BATCH_CHARS)) {
+        while (n < queue.length && n < perBatch && (n === 0 || chars + queue[n].length < MAX_BATCH_CHARS)) {
           chars += queue[n++].length + 1;
         }
         const batch = queue.splice(0, n);
@@ -128,6 +146,9 @@ export function attachFootprintObserver(agent, {
     flush,
     /** Stops listening and sends what is left. */
     async close() {
+      // Pause events no run followed: nothing to fold them into, so they go as they came.
+      unfolded.forEach((event) => enqueue(event, event.meta));
+      unfolded = [];
       closed = true;
       clearInterval(timer);
       if (typeof unsubscribe === 'function') unsubscribe();

@@ -221,7 +221,7 @@ class Client:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self._key = key
-        self._opener = urllib.request.build_opener()
+        self._opener = urllib.request.build_opener(_RefuseRedirects())
 
     def __repr__(self) -> str:  # never print the key
         return f"Client({self.base_url!r})"
@@ -271,6 +271,15 @@ class Client:
                 finally:
                     failure.close()
                 error = _error_from(failure.code, raw, str(failure.reason))
+                if 300 <= failure.code < 400:
+                    where = failure.headers.get("Location", "elsewhere")
+                    error = FootprintError(
+                        failure.code,
+                        None,
+                        f"the server redirected {method} {path} to {where}: the client follows no redirect "
+                        "(it would send its key there); use the final URL as base_url",
+                        error.body,
+                    )
                 if not _retryable(error, retry) or attempt >= self.retries:
                     raise error from None
                 self._sleep_before_retry(attempt, _retry_after(failure.headers))
@@ -390,6 +399,14 @@ class Client:
             pause = _retry_after_ms(answer) / 1000
             if pause:
                 time.sleep(pause if give_up is None else min(pause, max(0.0, give_up - time.monotonic())))
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the error it is, never followed: urllib would hand the key (and
+    AF-Scope) to whichever host the Location names, and turn a POST into a GET without its body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def _retry_after_ms(answer: JsonObject) -> float:
