@@ -19,6 +19,7 @@ from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from artifacts.services import LIVE_ROWS, store_now_ms
 from footprint_site.lib.db import prepared_cursor
+from ledger.models import Project
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 200
@@ -229,24 +230,41 @@ def artifact_view_for_project(*, store: ArtifactStore, ref: str) -> ArtifactView
         return None
     if artifact is None:
         return ArtifactView(None, tombstone, False, None, "not-read", [])
-    now = store_now_ms(store)
-    is_live = artifact.deleted_at is None and (artifact.expires_at is None or artifact.expires_at > now)
-    body = None
-    status = "not-read"
-    if is_live or artifact.held:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT body FROM artifacts_payload WHERE expiry_bucket = %s AND artifact_id = %s",
-                [artifact.expiry_bucket, artifact.pk],
-            )
-            row = cursor.fetchone()
-        body = bytes(row[0]) if row else None
-        if body is not None and artifact.digest:
-            status = "verified" if "sha-256:" + hashlib.sha256(body).hexdigest() == artifact.digest else "mismatch"
-        elif body is not None:
-            status = "not-minted"
+    is_live, body, status = _shown_payload(store, artifact)
     children = list(Artifact.objects.filter(store=store, parent_refs__contains=[ref]).order_by("-id")[:50])
     return ArtifactView(artifact, tombstone, is_live, body, status, children)
+
+
+def _shown_payload(store: ArtifactStore, artifact: Artifact) -> tuple[bool, bytes | None, str]:
+    """Whether the artifact is live, its payload when it may be shown (live, or held as evidence),
+    and whether those bytes still match the minted digest."""
+    now = store_now_ms(store)
+    is_live = artifact.deleted_at is None and (artifact.expires_at is None or artifact.expires_at > now)
+    if not (is_live or artifact.held):
+        return is_live, None, "not-read"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT body FROM artifacts_payload WHERE expiry_bucket = %s AND artifact_id = %s",
+            [artifact.expiry_bucket, artifact.pk],
+        )
+        row = cursor.fetchone()
+    body = bytes(row[0]) if row else None
+    if body is None:
+        return is_live, None, "not-read"
+    if not artifact.digest:
+        return is_live, body, "not-minted"
+    return is_live, body, "verified" if "sha-256:" + hashlib.sha256(body).hexdigest() == artifact.digest else "mismatch"
+
+
+def artifacts_referenced(*, project: Project, refs: list[str]) -> list[Artifact]:
+    """The project's artifacts among `refs` (any state), once each, in their order."""
+    found = {a.ref: a for a in Artifact.objects.filter(store__project=project, ref__in=refs).select_related("store")}
+    return [found[ref] for ref in dict.fromkeys(refs) if ref in found]
+
+
+def artifact_shown(artifact: Artifact) -> ArtifactView:
+    """The artifact with its payload as the detail page shows it (no tombstone, no children)."""
+    return ArtifactView(artifact, None, *_shown_payload(artifact.store, artifact), [])
 
 
 PAGE_PREVIEW_BYTES = 64 * 1024

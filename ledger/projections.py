@@ -5,7 +5,7 @@ added exactly once however often a batch is re-sent.
 """
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -217,6 +217,22 @@ def _run_configured(p: Projection, e: Event, payload: dict[str, Any]) -> None:
 RESUMED_ASK_VERDICTS: Final = ("approved by ", "declined by ")
 
 
+def resumed_ask_verdict(payload: Any) -> tuple[bool, str, str | None] | None:
+    """A resumed middleware ask's own row (spec §1.7): the asking middleware's before-tool
+    decision `approved by <by>[: <note>]` with outcome allow, or `declined by …` with deny;
+    (approved, by, note), else None."""
+    why = payload.get("why") if isinstance(payload, Mapping) else None
+    if not isinstance(why, str) or not why.startswith(RESUMED_ASK_VERDICTS):
+        return None
+    if payload.get("moment") != "before-tool" or not isinstance(payload.get("middleware"), str):
+        return None
+    approved = why.startswith("approved by ")
+    if payload.get("outcome") != ("allow" if approved else "deny"):
+        return None
+    by, _, note = why.removeprefix(RESUMED_ASK_VERDICTS[0 if approved else 1]).partition(": ")
+    return approved, by, note or None
+
+
 def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
     outcome = _str(payload, "outcome") or ""
     p.decisions.append(
@@ -237,8 +253,7 @@ def _decision(p: Projection, e: Event, payload: dict[str, Any]) -> None:
             json_text(payload, "from"),
         )
     )
-    why = payload.get("why")
-    if isinstance(why, str) and why.startswith(RESUMED_ASK_VERDICTS) and payload.get("moment") == "before-tool":
+    if resumed_ask_verdict(payload) is not None:
         p.ask_events.append(e)
     if outcome == "deny":
         p.refusal(

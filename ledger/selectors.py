@@ -18,8 +18,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
-from artifacts.models import ArtifactStore
-from artifacts.selectors import ArtifactView, artifact_view_for_project, payload_preview
+from artifacts.models import Artifact
+from artifacts.selectors import ArtifactView, artifact_shown, artifacts_referenced, payload_preview
 from footprint_site.notify import ask_decisions
 from ledger import audit
 from ledger.exceptions import AskNotFound, RunNotFound
@@ -368,10 +368,15 @@ ASK_PREVIEW_BYTES = 4 * 1024
 
 @dataclass(frozen=True)
 class ReferencedArtifact:
-    """An artifact the ask's arguments or component reference: what the person decides on."""
+    """An artifact the ask's arguments or component reference: what the person decides on. The
+    first MAX_PREVIEWED_REFS come with their payload (`shown`), the rest as a link."""
 
-    view: ArtifactView
-    preview: dict[str, Any] | None
+    artifact: Artifact
+    shown: ArtifactView | None
+
+    @property
+    def preview(self) -> dict[str, Any] | None:
+        return payload_preview(self.shown, ASK_PREVIEW_BYTES) if self.shown else None
 
 
 def ask_context(*, ask: Ask) -> dict[str, Any]:
@@ -402,14 +407,11 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
             .only("seq", "type", "body")[:PRECEDING_STEPS]
         )[::-1]
     component = ask.component if isinstance(ask.component, dict) else None
-    refs = _refs_in(args) + _refs_in(component)
-    store = ArtifactStore.objects.filter(project=ask.project).first() if refs else None
-    views = [artifact_view_for_project(store=store, ref=ref) for ref in refs[:MAX_PREVIEWED_REFS]] if store else []
-    artifacts = [
-        ReferencedArtifact(view, payload_preview(view, ASK_PREVIEW_BYTES))
-        for view in views
-        if view is not None and view.artifact is not None
-    ]
+    refs = sorted({*_refs_in(args), *_refs_in(component)})
+    referenced = artifacts_referenced(project=ask.project, refs=refs) if refs else []
+    artifacts = [ReferencedArtifact(artifact, None) for artifact in referenced]
+    for index, artifact in enumerate(referenced[:MAX_PREVIEWED_REFS]):
+        artifacts[index] = ReferencedArtifact(artifact, artifact_shown(artifact))
     history = list(
         Ask.objects.filter(project=ask.project, tool_name=ask.tool_name, status=Ask.Status.DECIDED)
         .exclude(pk=ask.pk)

@@ -70,6 +70,7 @@ def test_in_finds_own_entries_and_the_prototypes_names(container, name, found):
     [
         (1.2345678901234568e18, 1234567890123456800, True),  # jsonb's digits for the double
         (1, 1.0, True),
+        (9007199254740993, 9007199254740992, False),  # two integers: exactly, as the bytes say
         ({"a": [1, True]}, {"a": [1.0, True]}, True),
         (True, 1, False),
         (0, False, False),

@@ -148,13 +148,14 @@ def js_own_property(value: dict[str, Any] | list[Any], name: str) -> Any:
 
 
 def js_equal(a: Any, b: Any) -> bool:
-    """Equal as JSON values read by JavaScript: numbers as doubles (jsonb keeps the digits of
-    1.2345678901234568e18 and reads them back as the integer 1234567890123456800), a boolean never
-    a number, objects by their keys whatever their order."""
+    """Equal as JSON values: a double and the digits jsonb kept of it as the same number (jsonb
+    reads 1.2345678901234568e18 back as the integer 1234567890123456800), two integers exactly (a
+    copy whose 9007199254740993 became 9007199254740992 differs), a boolean never a number,
+    objects by their keys whatever their order."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return as_double(a) == as_double(b)
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, int | float) and isinstance(b, int | float) and as_double(a) == as_double(b)
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(js_equal(v, b[k]) for k, v in a.items())
     if isinstance(a, list):

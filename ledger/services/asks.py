@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, models, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -36,6 +36,7 @@ from ledger.exceptions import (
     AskSuperseded,
 )
 from ledger.models import AgentKey, Ask, MiddlewareDecision, Project, Run, RunEvent, ToolCall, WebhookDelivery
+from ledger.projections import resumed_ask_verdict
 from ledger.services.ingest import CONSUMER_SCOPE, run_append_server_event, run_lock
 
 NOTIFY_CHANNEL = "ask_decided"
@@ -458,12 +459,9 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
     _lock_sessions(project.pk)
     for short, data, event, run_id in reported:
         if short == "checkin.decision":
-            if isinstance(data.get("approved"), bool):
-                _close_reported(project, data.get("toolCallId"), data["approved"], data.get("by"), data.get("note"))
+            _close_reported_check_in(project, data)
         elif short == "middleware.decision":
-            verdict = _resumed_ask_verdict(data)
-            if verdict is not None:
-                _close_reported(project, data.get("toolCallId"), *verdict, middleware=data.get("middleware"))
+            _close_reported_middleware_ask(project, data)
         else:
             _open_reported(project, key, short, data, event.meta, run_id)
 
@@ -514,33 +512,36 @@ def _open_reported(
         _supersede_in_session(existing)
 
 
-def _resumed_ask_verdict(payload: Mapping[str, Any]) -> tuple[bool, str, str | None] | None:
-    """A resumed middleware ask's own row (spec §1.7): `approved by <by>[: <note>]` with outcome
-    allow, or `declined by …` with deny; (approved, by, note), else None."""
-    why = payload.get("why")
-    for prefix, approved, outcome in (("approved by ", True, "allow"), ("declined by ", False, "deny")):
-        if isinstance(why, str) and why.startswith(prefix) and payload.get("outcome") == outcome:
-            by, _, note = why.removeprefix(prefix).partition(": ")
-            return approved, by, note or None
-    return None
-
-
-def _close_reported(
-    project: Project, tool_call_id: Any, approved: bool, by: Any, note: Any, *, middleware: Any = None
-) -> bool:
-    """Close the ask a resumed run reports decided elsewhere: a check-in's `checkin.decision`, or
-    a middleware ask's verdict row (then only the ask of that middleware). Whether it did."""
-    if not isinstance(tool_call_id, str):
+def _close_reported_check_in(project: Project, payload: Mapping[str, Any]) -> bool:
+    """Close the ask its resumed run reports decided elsewhere with a `checkin.decision` (the
+    framework files one for a check-in; an integration may for any ask it resumed)."""
+    tool_call_id, approved = payload.get("toolCallId"), payload.get("approved")
+    if not isinstance(tool_call_id, str) or not isinstance(approved, bool):
         return False
+    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id)
+    return _close_reported(asks, approved, payload.get("by"), payload.get("note"))
+
+
+def _close_reported_middleware_ask(project: Project, payload: Mapping[str, Any]) -> bool:
+    """Close the middleware ask its resumed run reports decided elsewhere (its verdict row)."""
+    verdict, tool_call_id = resumed_ask_verdict(payload), payload.get("toolCallId")
+    if verdict is None or not isinstance(tool_call_id, str):
+        return False
+    asks = Ask.objects.filter(
+        project=project, tool_call_id=tool_call_id, kind=Ask.Kind.ASK, middleware=payload["middleware"]
+    )
+    return _close_reported(asks, *verdict)
+
+
+def _close_reported(asks: QuerySet[Ask], approved: bool, by: object, note: object) -> bool:
+    """Close the one ask among `asks` (one tool call's) as its resumed run reports it decided.
+    Whether it did."""
     # The resumed run reports under a new runId and no session, so the ask is found by its tool
     # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
     # decision made here, so unless this is the project's only ask for the call, nothing is decided.
     # A superseded ask is decided too: the run's report is evidence, the supersede a derivation
     # (its session paused again before the resumed run's buffered events arrived).
     undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
-    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id)
-    if middleware is not None:
-        asks = asks.filter(kind=Ask.Kind.ASK, middleware=middleware)
     candidates = list(asks[:2])
     if len(candidates) != 1 or candidates[0].status not in undecided:
         return False
@@ -566,31 +567,22 @@ def _close_if_reported_already(ask: Ask) -> bool:
     if ask.kind not in (Ask.Kind.ASK, Ask.Kind.CHECK_IN):
         return False
     # The resumed run holds the call as a row of its own (an end without a start).
-    resumed_runs = ToolCall.objects.filter(run__project=ask.project, tool_call_id=ask.tool_call_id).exclude(
-        run__run_id=ask.run_id
+    resumed_runs = (
+        ToolCall.objects.filter(run__project=ask.project, tool_call_id=ask.tool_call_id)
+        .exclude(run__run_id=ask.run_id)
+        .values("run")
     )
     if ask.kind == Ask.Kind.ASK:
         rows = MiddlewareDecision.objects.filter(
-            run__in=resumed_runs.values("run"),
-            tool_call_id=ask.tool_call_id,
-            middleware=ask.middleware,
-            moment="before-tool",
-        ).values("outcome", "why")
-        for row in rows:
-            verdict = _resumed_ask_verdict(row)
-            if verdict is not None:
-                return _close_reported(ask.project, ask.tool_call_id, *verdict, middleware=ask.middleware)
-        return False
+            run__in=resumed_runs, tool_call_id=ask.tool_call_id, middleware=ask.middleware, moment="before-tool"
+        ).values("middleware", "moment", "outcome", "why")
+        # As the row's event carried it: the verdict rule reads the payload's own keys.
+        return any(_close_reported_middleware_ask(ask.project, {**row, "toolCallId": ask.tool_call_id}) for row in rows)
     reports = RunEvent.objects.filter(
-        run__in=resumed_runs.values("run"), tool_call_id=ask.tool_call_id, type="agentfootprint.checkin.decision"
+        run__in=resumed_runs, tool_call_id=ask.tool_call_id, type="agentfootprint.checkin.decision"
     ).values_list("doc", flat=True)
-    for doc in reports:
-        payload = doc.get("payload") if isinstance(doc, dict) else None
-        if isinstance(payload, dict) and isinstance(payload.get("approved"), bool):
-            return _close_reported(
-                ask.project, ask.tool_call_id, payload["approved"], payload.get("by"), payload.get("note")
-            )
-    return False
+    payloads = [doc.get("payload") for doc in reports if isinstance(doc, dict)]
+    return any(_close_reported_check_in(ask.project, p) for p in payloads if isinstance(p, dict))
 
 
 def _wake_waiters(ask_id: int) -> None:

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from ledger.models import Run, RunEvent
-from tests.conftest import fixture_events
+from tests.conftest import ApiClient, fixture_events
 
 pytestmark = pytest.mark.django_db
 
@@ -482,3 +482,28 @@ def test_verify_of_a_run_with_late_events_is_valid(agent_client):
         _ingest_ok(agent_client, part)
 
     assert _verify(agent_client, run_id) == {"valid": True, "recordsChecked": 76}
+
+
+def test_verify_finds_a_queryable_copy_whose_large_integer_was_edited(agent_client: ApiClient) -> None:
+    """A query of doc reads the other number, so verify names it, though both integers are the
+    same double: two integers are compared exactly (js_equal)."""
+    event = {
+        "seq": 0,
+        "type": "agentfootprint.custom.transfer",
+        "payload": {"accountId": 9007199254740993},
+        "meta": {"runId": "run-big-int", "wallClockMs": 1796040000000},
+    }
+    assert agent_client.ingest([event]).status_code == 200
+    run = Run.objects.get(run_id="run-big-int")
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE ledger_runevent SET doc = jsonb_set(doc, '{payload,accountId}', '9007199254740992')"
+            " WHERE run_id = %s AND position = 0",
+            [run.pk],
+        )
+    assert RunEvent.objects.get(run=run).doc["payload"]["accountId"] == 9007199254740992
+
+    verdict = agent_client.get("/api/v1/runs/run-big-int/verify").json()
+
+    assert verdict["valid"] is False, verdict
+    assert verdict["brokenAt"] == 0

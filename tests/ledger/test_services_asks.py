@@ -19,6 +19,7 @@ from ledger.services import agent_key_create, ask_decide, ask_open, asks_apply_d
 from ledger.services.webhooks import NO_ANSWER, WebhookFailed, webhook_deliver, webhooks_send_due
 from tests.conftest import fixture_events, load_fixture, numbered_per_run
 from tests.http_receiver import url_of, webhook_receiver
+from tests.ledger.ask_helpers import b_body, open_ask, plain_body
 
 pytestmark = pytest.mark.django_db
 
@@ -819,8 +820,6 @@ def test_a_middleware_ask_opened_after_its_resumed_runs_verdict_arrived_is_close
 
 
 def test_an_ask_posted_after_its_resumed_runs_verdict_arrived_answers_decided(agent_client):
-    from tests.ledger.ask_helpers import b_body
-
     events = fixture_events("b-middleware/events-approved.json")
     assert agent_client.ingest([e for e in events if e["type"] != "agentfootprint.pause.request"]).status_code == 200
 
@@ -829,3 +828,23 @@ def test_an_ask_posted_after_its_resumed_runs_verdict_arrived_answers_decided(ag
     assert response.status_code == 201, response.content
     assert response.json()["ask"]["status"] == "decided"
     assert response.json()["ask"]["decision"]["by"] == "dana@treasury"
+
+
+def test_a_verdict_row_naming_no_middleware_does_not_close_a_question(agent_client) -> None:
+    """A verdict row is a middleware's: without `middleware` it closes nothing, least of all an
+    askHuman question (which no middleware asked), as approved with no answer to resume with."""
+    ask = open_ask(agent_client, plain_body("q1", run_id="run-q"))
+    row = {
+        "moment": "before-tool",
+        "at": "tool",
+        "toolName": "ask_user",
+        "toolCallId": "q1",
+        "iteration": 1,
+        "outcome": "allow",
+        "changed": False,
+        "why": "approved by mallory",
+    }
+    event = {"seq": 0, "type": "agentfootprint.middleware.decision", "payload": row, "meta": {"runId": "run-q-2"}}
+    assert agent_client.ingest([event]).status_code == 200
+
+    assert Ask.objects.get(pk=ask["id"]).status == Ask.Status.OPEN

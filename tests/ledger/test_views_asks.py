@@ -547,3 +547,47 @@ def test_decide_submitted_twice_by_one_person_says_they_had_already_decided(
 
     assert "You had already decided this." in again
     assert "Someone else decided first" not in again
+
+
+def _put_text_artifact(project: Project, text: str) -> str:
+    from artifacts.scopes import Scope
+    from artifacts.services import PutInput, artifact_put, store_for_project
+
+    spec = PutInput(kind="dataset/rows", media_type="text/plain", payload={"shape": "text", "value": text})
+    meta, _ = artifact_put(store=store_for_project(project=project), scope=Scope("t1", "p1", "c1"), spec=spec)
+    return str(meta["ref"])
+
+
+def _referenced_section(page: str) -> str:
+    start = page.index('<ul class="referenced-artifacts">')
+    return page[start : page.index("</ul>", start)]
+
+
+def test_ask_page_still_lists_every_artifact_its_component_references(
+    approver_client: Client, agent_client: ApiClient, project: Project
+) -> None:
+    """Previews stop at five; the list does not, so the person deciding sees every one involved."""
+    refs = [_put_text_artifact(project, f"rows of batch {n}") for n in range(6)]
+    body = b_body()
+    body["pauseData"]["ask"]["component"] = {"componentId": "payee-picker", "props": {"refs": refs}}
+    ask_id = agent_client.post_json(ASKS, body).json()["ask"]["id"]
+
+    page = approver_client.get(f"/asks/{ask_id}/").content.decode()
+
+    listed = set(re.findall(r'href="/projects/acme/artifacts/(art_[A-Za-z0-9]{22})/"', _referenced_section(page)))
+    assert listed == set(refs)
+
+
+def test_ask_page_lists_an_artifact_its_args_and_component_both_reference_once(
+    approver_client: Client, agent_client: ApiClient, project: Project
+) -> None:
+    """Once, not twice (read, hashed and previewed twice, taking two of the five places)."""
+    ref = _put_text_artifact(project, "payee ACC-900")
+    body = b_body()
+    body["checkpoint"]["sharedState"]["pausedAskArgs"]["memo"] = ref
+    body["pauseData"]["ask"]["component"] = {"componentId": "payee-picker", "propsRef": ref}
+    ask_id = agent_client.post_json(ASKS, body).json()["ask"]["id"]
+
+    page = approver_client.get(f"/asks/{ask_id}/").content.decode()
+
+    assert _referenced_section(page).count(f'href="/projects/acme/artifacts/{ref}/"') == 1
