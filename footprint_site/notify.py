@@ -4,13 +4,16 @@ A long-poll registers before it re-reads the database, so a decision committed b
 and the wait is never missed; a lost listener connection wakes every waiter to re-read.
 """
 
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connection
 
 logger = logging.getLogger(__name__)
@@ -93,3 +96,36 @@ class Listener:
 
 
 ask_decisions = Listener("ask_decided")
+
+
+class WaitsFull(Exception):
+    """Every wait slot of this process is taken: the caller answers at once and is asked again."""
+
+
+class WaitSlots:
+    """The long-polls this process holds at once. Each holds a web thread for its whole wait, so
+    a worker keeps one thread free for everything else, the decisions that end the waits among
+    it. The limit: FOOTPRINT_ASK_WAITS_PER_PROCESS when set, else what gunicorn's `post_fork`
+    gives (its threads less one), else none (runserver, tests)."""
+
+    def __init__(self) -> None:
+        self.limit: int | None = None
+        self._lock = threading.Lock()
+        self._held = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        configured = settings.FOOTPRINT_ASK_WAITS_PER_PROCESS
+        limit = configured if configured is not None else self.limit
+        with self._lock:
+            if limit is not None and self._held >= limit:
+                raise WaitsFull
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+
+
+ask_wait_slots = WaitSlots()

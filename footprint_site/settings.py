@@ -234,14 +234,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 FOOTPRINT_ANCHOR_KEY = env.str("FOOTPRINT_ANCHOR_KEY", default=SECRET_KEY)
 # Integrity re-checks of chains up to this many records answer at once; longer ones run in Celery.
 FOOTPRINT_INLINE_VERIFY_MAX_RECORDS = env.int("FOOTPRINT_INLINE_VERIFY_MAX_RECORDS", default=10_000)
-# Ask long-polls a web process holds at once: each holds a thread for its whole wait, so under
-# gunicorn (gunicorn.conf.py says how many threads a worker has) one thread always stays free for
-# everything else, the decisions that end the waits among it. A wait beyond answers "open" at once
-# with a time to ask again. Elsewhere (runserver, tests) no limit unless set.
-_WEB_THREADS = env.int("FOOTPRINT_WEB_THREADS", default=0)
-FOOTPRINT_ASK_WAITS_PER_PROCESS: int | None = env.int(
-    "FOOTPRINT_ASK_WAITS_PER_PROCESS", default=_WEB_THREADS - 1 if _WEB_THREADS else None
-)
+# Ask long-polls a web process holds at once (footprint_site.notify.WaitSlots); unset: under
+# gunicorn its threads less one, elsewhere (runserver, tests) no limit.
+_ASK_WAITS = env.str("FOOTPRINT_ASK_WAITS_PER_PROCESS", default="")  # docker compose passes "" for unset
+FOOTPRINT_ASK_WAITS_PER_PROCESS: int | None = int(_ASK_WAITS) if _ASK_WAITS else None
 
 # Ingestion limits, stated in every 413 answer.
 FOOTPRINT_MAX_EVENTS_PER_REQUEST = env.int("FOOTPRINT_MAX_EVENTS_PER_REQUEST", default=5_000)

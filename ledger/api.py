@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.http import body_within
 from footprint_site.lib.times import to_utc
+from footprint_site.notify import WaitsFull
 from footprint_site.responses import json_response
 from ledger import selectors, selectors_integrity, services
 from ledger.envelopes import parse_event_batch, parse_json
@@ -328,7 +329,7 @@ def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> Htt
     ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
     try:
         ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
-    except selectors.WaitsFull:  # every thread this process may hold waits: ask again shortly
+    except WaitsFull:  # every thread this process may hold waits: ask again shortly
         response = json_response({"status": "open", "retryAfterMs": WAITS_FULL_RETRY_MS})
         response["Retry-After"] = str(WAITS_FULL_RETRY_MS // 1000)
         return response

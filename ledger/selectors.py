@@ -1,17 +1,13 @@
 """Reads. Every selector takes the project (or the user) it answers for and never leaks past it."""
 
 import base64
-import contextlib
 import re
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -20,7 +16,7 @@ from django.db.models.functions import Now
 
 from artifacts.models import Artifact
 from artifacts.selectors import ArtifactView, artifact_shown, artifacts_referenced, payload_preview
-from footprint_site.notify import ask_decisions
+from footprint_site.notify import ask_decisions, ask_wait_slots
 from ledger import audit
 from ledger.exceptions import AskNotFound, RunNotFound
 from ledger.models import AgentKey, Ask, Membership, Project, Run, RunEvent, RunSearchChunk, ToolCall
@@ -224,40 +220,12 @@ DECISION_FIELDS = (
 )  # fmt: skip
 
 
-class WaitsFull(Exception):
-    """Every wait slot of this process is taken (FOOTPRINT_ASK_WAITS_PER_PROCESS): ask again later."""
-
-
-class _WaitSlots:
-    """The ask waits this process holds, against FOOTPRINT_ASK_WAITS_PER_PROCESS."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held = 0
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        limit = settings.FOOTPRINT_ASK_WAITS_PER_PROCESS
-        with self._lock:
-            if limit is not None and self._held >= limit:
-                raise WaitsFull
-            self._held += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._held -= 1
-
-
-_WAIT_SLOTS = _WaitSlots()
-
-
 def ask_wait_for_decision(*, ask: Ask, wait_seconds: float) -> Ask:
     """Return as soon as the ask is closed (decided or superseded), or when the wait ends. Woken by
     NOTIFY, not by polling. WaitsFull when this process holds all the waits it may."""
     if ask.status != Ask.Status.OPEN or wait_seconds <= 0:
         return ask
-    with _WAIT_SLOTS.held():
+    with ask_wait_slots.held():
         return _wait(ask, wait_seconds)
 
 
