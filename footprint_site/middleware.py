@@ -100,9 +100,9 @@ def _refusal(request: HttpRequest, status: int, code: str, message: str) -> Http
     """What a client reads: a google.rpc.Status in its own encoding for an OpenTelemetry exporter,
     `{error, code}` for the API, the sentence for a page."""
     if request.path == reverse("otlp-traces"):
-        from ledger.views_otlp import otlp_error  # the middleware loads before the apps' views
+        from ledger.otlp import error_response  # the middleware loads before the apps
 
-        return otlp_error(request, status, message)
+        return error_response(request, status, message)
     if _is_api(request):
         return JsonResponse({"error": message, "code": code}, status=status)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from django.http import HttpRequest, HttpResponse
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -521,6 +522,20 @@ RpcStatus = _status_message_class()
 # PERMISSION_DENIED, FAILED_PRECONDITION, RESOURCE_EXHAUSTED (too large; too many failed keys),
 # UNAVAILABLE.
 GRPC_CODES = {400: 3, 401: 16, 403: 7, 409: 9, 413: 8, 415: 3, 429: 8, 503: 14}
+
+
+def answer_type(request_content_type: str | None) -> str:
+    """The Content-Type of an answer: the request's own, as OTLP/HTTP requires (either protobuf
+    name), and JSON for a request in any other type."""
+    return request_content_type if request_content_type in PROTOBUF_TYPES else JSON
+
+
+def error_response(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """A google.rpc.Status answer in the request's encoding: the endpoint's own refusals, and the
+    middlewares' (a 422 for the URL, the 503 of an unreachable database)."""
+    content_type = answer_type(request.content_type)
+    body = error_body(http_status=status, message=message, as_json=content_type == JSON)
+    return HttpResponse(body, status=status, content_type=content_type)
 
 
 def error_body(*, http_status: int, message: str, as_json: bool) -> bytes:

@@ -20,24 +20,6 @@ from ledger.models import AgentKey
 from ledger.services.otlp import otlp_ingest
 
 
-def _answer_type(request: HttpRequest) -> str:
-    """The Content-Type of the answer: the request's own, as OTLP/HTTP requires (either protobuf
-    name), and JSON for a request in any other type."""
-    return request.content_type if request.content_type in otlp.PROTOBUF_TYPES else otlp.JSON
-
-
-def _reply(body: bytes, *, status: int, content_type: str) -> HttpResponse:
-    return HttpResponse(body, status=status, content_type=content_type)
-
-
-def otlp_error(request: HttpRequest, status: int, message: str) -> HttpResponse:
-    """A google.rpc.Status answer in the request's encoding (also the 503 of
-    footprint_site.middleware while the database is unreachable)."""
-    content_type = _answer_type(request)
-    body = otlp.error_body(http_status=status, message=message, as_json=content_type == otlp.JSON)
-    return _reply(body, status=status, content_type=content_type)
-
-
 def _agent_key(request: HttpRequest) -> AgentKey | None:
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
@@ -50,27 +32,27 @@ def _agent_key(request: HttpRequest) -> AgentKey | None:
 @csrf_exempt
 @require_POST
 def export_traces(request: HttpRequest) -> HttpResponse:
-    answer_type = _answer_type(request)
+    answer_type = otlp.answer_type(request.content_type)
     as_json = answer_type == otlp.JSON
     try:
         key = _agent_key(request)
     except AuthThrottled as exc:
-        response = otlp_error(request, 429, f"Too many failed key checks; try again in {exc.retry_after} s.")
+        response = otlp.error_response(request, 429, f"Too many failed key checks; try again in {exc.retry_after} s.")
         response["Retry-After"] = str(exc.retry_after)
         return response
     if key is None:
-        response = otlp_error(request, 401, "Send a valid agent key as 'Authorization: Bearer <key>'.")
+        response = otlp.error_response(request, 401, "Send a valid agent key as 'Authorization: Bearer <key>'.")
         response["WWW-Authenticate"] = 'Bearer realm="footprint"'
         return response
     if AgentKey.Scope.INGEST not in key.scopes:
-        return otlp_error(request, 403, "This agent key lacks the 'ingest' scope.")
+        return otlp.error_response(request, 403, "This agent key lacks the 'ingest' scope.")
     if request.content_type not in otlp.CONTENT_TYPES:
-        return otlp_error(
+        return otlp.error_response(
             request, 415, f"Content-Type must be {otlp.PROTOBUF} or {otlp.JSON}, not {request.content_type!r}."
         )
     encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"
     if encoding not in ("identity", "gzip"):
-        return otlp_error(request, 415, f"Content-Encoding must be gzip or absent, not {encoding!r}.")
+        return otlp.error_response(request, 415, f"Content-Encoding must be gzip or absent, not {encoding!r}.")
     limit = settings.FOOTPRINT_MAX_REQUEST_BYTES
     try:
         body = otlp.read_body(body_within(request, limit, json=False), gzipped=encoding == "gzip", limit=limit)
@@ -78,9 +60,6 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         # A trace's run that native events took before `otlp-` was OTLP's alone: 409.
         receipt = otlp_ingest(project=key.project, spans=spans, key=key)
     except LedgerError as exc:  # 400 undecodable, 411 unsized, 413 too large, 409
-        return otlp_error(request, exc.status, exc.message)
-    return _reply(
-        otlp.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json),
-        status=200,
-        content_type=answer_type,
-    )
+        return otlp.error_response(request, exc.status, exc.message)
+    body = otlp.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json)
+    return HttpResponse(body, content_type=answer_type)
