@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.contrib import admin
 
 from ledger.models import AgentKey, Ask, Membership, Project, Run, WebhookDelivery, WebhookEndpoint
@@ -25,7 +27,7 @@ class MembershipAdmin(admin.ModelAdmin[Membership]):
     list_filter = ("role", "project")
 
 
-class EvidenceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class EvidenceAdmin(admin.ModelAdmin[Any]):
     """Evidence is listed and read here, never made, edited or removed, even by staff: runs come
     from their agents, asks from their pauses, decisions from the ask page, exactly once."""
 

@@ -296,7 +296,7 @@ def ask_list(*, project: Project, filters: AskFilter, before_id: int | None = No
             asks = asks.filter(**{field: value})
     if before_id is not None:
         asks = asks.filter(pk__lt=before_id)
-    return list(asks.defer("checkpoint").order_by("-pk")[: limit + 1])
+    return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
 
 
 INBOX_COUNT_CAP = 100
