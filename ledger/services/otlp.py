@@ -71,9 +71,12 @@ MAX_ANCESTRY = 64  # parent links followed up from an agent span; a cycle or a d
 
 def _nested_agents(project: Project, trace_id: str, spans: dict[str, Span]) -> set[str]:
     """The `invoke_agent` spans among `spans` that have another `invoke_agent` span above them, in
-    this request or stored earlier. A parent that arrives later (exporters send children first)
-    is not known yet; its own end is numbered after the child's then, so it still decides the
-    run's status."""
+    this request or stored earlier (each stored one read once per request). A parent that arrives
+    later (exporters send children first) is not known yet; its own end is numbered after the
+    child's then, so it still decides the run's status."""
+    known: dict[str, tuple[dict[str, Any], str] | None] = {
+        span_id: (span.attributes, span.parent_span_id) for span_id, span in spans.items()
+    }
     nested = set()
     for span in spans.values():
         if not is_agent_span(span.attributes):
@@ -81,21 +84,19 @@ def _nested_agents(project: Project, trace_id: str, spans: dict[str, Span]) -> s
         parent_id, seen = span.parent_span_id, {span.span_id}
         while parent_id and parent_id not in seen and len(seen) < MAX_ANCESTRY:
             seen.add(parent_id)
-            parent = spans.get(parent_id)
-            if parent is not None:
-                attributes, parent_id = parent.attributes, parent.parent_span_id
-            else:
-                stored = (
+            if parent_id not in known:
+                known[parent_id] = (
                     OtlpSpan.objects.filter(project=project, trace_id=trace_id, span_id=parent_id)
                     .values_list("attributes", "parent_span_id")
                     .first()
                 )
-                if stored is None:
-                    break
-                attributes, parent_id = stored
-            if is_agent_span(attributes):
+            parent = known[parent_id]
+            if parent is None:
+                break
+            if is_agent_span(parent[0]):
                 nested.add(span.span_id)
                 break
+            parent_id = parent[1]
     return nested
 
 
