@@ -421,11 +421,12 @@ def _iteration(span: Span, number: int) -> tuple[Planned, Planned]:
     )
 
 
-def _iteration_number(span: Span) -> int | None:
-    number = _int(span.attributes, "iteration.number")
+def iteration_number(name: str, attributes: dict[str, Any]) -> int | None:
+    """The loop iteration an `iteration:N` span is (its `iteration.number`, else its name)."""
+    number = _int(attributes, "iteration.number")
     if number is not None:
         return number
-    match = ITERATION_NAME.match(span.name)
+    match = ITERATION_NAME.match(name)
     return int(match.group(1)) if match else None
 
 
@@ -447,7 +448,7 @@ def span_events(span: Span, *, nested_agent: bool = False) -> list[dict[str, Any
         ends = _chat(span)
     elif operation == "invoke_agent" and not nested_agent:
         ends = _agent(span)
-    elif (number := _iteration_number(span)) is not None:
+    elif (number := iteration_number(span.name, span.attributes)) is not None:
         ends = _iteration(span, number)
 
     inner: list[tuple[int, int, Planned]] = []

@@ -13,9 +13,11 @@ import orjson
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import F, Q, Value
+from django.db.models.fields.json import KeyTransform
 
 from artifacts.models import Artifact
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
+from ledger.otlp import iteration_number
 from ledger.selectors_integrity import integrity_check_latest
 from ledger.selectors_refusals import CallWindow, resumed_tool_calls, tool_named_steps
 
@@ -201,14 +203,17 @@ WITH e AS (
            COALESCE(ev.doc -> 'meta' -> 'compositionPath', '[]'::jsonb) AS comp,
            COALESCE(ev.doc -> 'meta' -> 'subflowPath', '[]'::jsonb) AS sub,
            COALESCE(ev.doc -> 'meta' ->> 'iterIndex', ev.doc -> 'payload' ->> 'iterIndex',
-                    ev.doc -> 'payload' ->> 'iteration') AS it
+                    ev.doc -> 'payload' ->> 'iteration',
+                    %(span_iterations)s::jsonb ->> (ev.doc -> 'meta' ->> 'spanId')) AS it
     FROM ledger_runevent ev LEFT JOIN ledger_refusal f ON f.run_id = ev.run_id AND f.seq = ev.seq
     WHERE ev.run_id = %(run)s AND ev.seq IS NOT NULL
 ), grouped AS (
-    -- An event without an iteration number belongs to the last numbered one in its composition.
+    -- An event without an iteration number belongs to the last numbered one in its composition;
+    -- an OTLP run's events belong to their spans' iterations, however the spans arrived.
     SELECT *, count(it) OVER (PARTITION BY comp ORDER BY seq) AS grp FROM e
 ), carried AS (
-    SELECT *, first_value(it) OVER (PARTITION BY comp, grp ORDER BY seq) AS iteration FROM grouped
+    SELECT *, CASE WHEN %(by_span)s THEN it ELSE first_value(it) OVER (PARTITION BY comp, grp ORDER BY seq) END
+           AS iteration FROM grouped
 )
 SELECT comp, sub, iteration, count(*), min(seq), max(seq),
        count(*) FILTER (WHERE type = 'agentfootprint.stream.tool_start'),
@@ -223,12 +228,16 @@ def run_tree(*, run: Run) -> list[TreeNode]:
     One pass over the run's events; the answer depends only on the stored chain, so it is cached
     under the chain's length (new events make a new key).
     """
-    key = f"run-tree:{run.pk}:{run.chain_length}"
+    by_span = run.source == Run.Source.OTLP and run.run_id.startswith("otlp-")
+    span_iterations = _span_iterations(run) if by_span else {}
+    key = f"run-tree:{run.pk}:{run.chain_length}:{len(span_iterations)}"
     cached = cache.get(key)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     with connection.cursor() as cur:
-        cur.execute(_TREE_SQL, {"run": run.pk})
+        cur.execute(
+            _TREE_SQL, {"run": run.pk, "span_iterations": orjson.dumps(span_iterations).decode(), "by_span": by_span}
+        )
         rows = cur.fetchall()
     roots: dict[str, TreeNode] = {}
     subs: dict[tuple[str, str], TreeNode] = {}
@@ -240,7 +249,8 @@ def run_tree(*, run: Run) -> list[TreeNode]:
         if node is None:
             node = subs[(comp_label, sub_label)] = TreeNode(sub_label, 1, 0, first, last)
             root.children.append(node)
-        leaf_label = f"iteration {iteration}" if iteration is not None else "before the first iteration"
+        outside = "outside the iterations" if by_span else "before the first iteration"
+        leaf_label = f"iteration {iteration}" if iteration is not None else outside
         node.children.append(TreeNode(leaf_label, 2, count, first, last, tools, refusals))
         for parent in (root, node):
             parent.events += count
@@ -251,6 +261,34 @@ def run_tree(*, run: Run) -> list[TreeNode]:
     tree = list(roots.values())
     cache.set(key, tree, timeout=3600)
     return tree
+
+
+def _span_iterations(run: Run) -> dict[str, int]:
+    """For a run fed over OTLP: the loop iteration of each of its spans that lies in one (an
+    `iteration:N` span itself, or the nearest such span above it), by span id. Parent links, not
+    arrival order: exporters send each span as it ends, children before their parents."""
+    spans = {
+        span_id: (parent, iteration_number(name, {"iteration.number": number}))
+        for span_id, parent, name, number in OtlpSpan.objects.filter(
+            project_id=run.project_id, trace_id=run.run_id.removeprefix("otlp-")
+        ).values_list("span_id", "parent_span_id", "name", KeyTransform("iteration.number", "attributes"))
+    }
+    found: dict[str, int | None] = {}
+
+    def iteration_of(span_id: str, depth: int = 0) -> int | None:
+        if span_id not in found:
+            parent, own = spans.get(span_id, ("", None))
+            found[span_id] = None  # a cycle of parent links ends here
+            if own is not None:
+                found[span_id] = own
+            elif parent and depth < MAX_SPAN_DEPTH:
+                found[span_id] = iteration_of(parent, depth + 1)
+        return found[span_id]
+
+    return {span_id: number for span_id in spans if (number := iteration_of(span_id)) is not None}
+
+
+MAX_SPAN_DEPTH = 256  # parent links followed up from a span
 
 
 def _path_label(path: Any, empty: str) -> str:

@@ -595,3 +595,41 @@ def test_an_exporters_retry_of_a_span_holding_a_large_double_is_the_same_span(ag
 
     assert "partialSuccess" not in first
     assert "partialSuccess" not in again
+
+
+def _tree_leaves(run: Run) -> dict[str, tuple[int, int]]:
+    """The run page's tree (selectors_run_page.run_tree): {leaf label: (events, tool calls)}."""
+    from django.core.cache import cache
+
+    from ledger.selectors_run_page import run_tree
+
+    cache.clear()
+    leaves: dict[str, tuple[int, int]] = {}
+    for root in run_tree(run=run):
+        for flow in root.children:
+            for leaf in flow.children:
+                events, tools = leaves.get(leaf.label, (0, 0))
+                leaves[leaf.label] = (events + leaf.events, tools + leaf.tool_calls)
+    return leaves
+
+
+def test_spans_exported_one_by_one_as_they_end_build_the_same_tree_as_one_request(
+    agent_client, other_agent_client, project, other_project
+):
+    """Issue #6: parent links build the tree however the spans arrive. A SimpleSpanProcessor
+    exports each span as it ends, children before their iteration: by arrival, the first calls
+    landed "before the first iteration" and every later one under the previous iteration."""
+    _post_json(agent_client, _fixture())
+    for span in _fixture_spans():  # the fixture is in end order: one export per ended span
+        _post_json(other_agent_client, _with_spans([span]))
+
+    at_once = _tree_leaves(_run(project))
+    one_by_one = _tree_leaves(_run(other_project))
+
+    assert {label: tools for label, (_, tools) in at_once.items() if label.startswith("iteration")} == {
+        "iteration 1": 1,
+        "iteration 2": 1,
+        "iteration 3": 1,
+        "iteration 4": 0,
+    }
+    assert one_by_one == at_once
