@@ -259,6 +259,27 @@ console.log(JSON.stringify({ errors, delays, requests: proxy.count() }));
     assert result["delays"][0] >= 2000, f"retried after {result['delays'][0]} ms despite Retry-After: 2"
 
 
+def _js_wait_requests(node_env: dict[str, str], tmp_path: Path, ask_id: int, timeout_ms: int) -> dict[str, Any]:
+    """waitForDecision on an ask nobody decides: whether it timed out, and how many requests it sent."""
+    return _run_node(
+        """
+let requests = 0;
+const originalFetch = globalThis.fetch;
+globalThis.fetch = (...args) => { requests += 1; return originalFetch(...args); };
+let timedOut = false;
+try {
+  await observerModule.waitForDecision({ url: URL_, key: KEY }, Number(process.env.ASK_ID), {
+    timeoutMs: Number(process.env.TIMEOUT_MS) });
+} catch (error) {
+  timedOut = error.timedOut === true;
+}
+console.log(JSON.stringify({ timedOut, requests }));
+""",
+        tmp_path,
+        {**node_env, "ASK_ID": str(ask_id), "TIMEOUT_MS": str(timeout_ms)},
+    )
+
+
 def test_js_wait_for_decision_does_not_spin_in_its_last_second(
     node_env: dict[str, str], client: Client, tmp_path: Path
 ) -> None:
@@ -267,22 +288,7 @@ def test_js_wait_for_decision_does_not_spin_in_its_last_second(
     never `?wait=0` over and over in the last second, and stops once no time remains. For a 1.9 s
     timeout: a handful of requests (here: at most 4), not dozens."""
     ask = client.open_ask("run-js-wait", {"toolCallId": "q1", "toolName": "ask_user", "question": "?"})
-    result = _run_node(
-        """
-let requests = 0;
-const originalFetch = globalThis.fetch;
-globalThis.fetch = (...args) => { requests += 1; return originalFetch(...args); };
-let timedOut = false;
-try {
-  await observerModule.waitForDecision({ url: URL_, key: KEY }, Number(process.env.ASK_ID), { timeoutMs: 1900 });
-} catch (error) {
-  timedOut = error.timedOut === true;
-}
-console.log(JSON.stringify({ timedOut, requests }));
-""",
-        tmp_path,
-        {**node_env, "ASK_ID": str(ask["id"])},
-    )
+    result = _js_wait_requests(node_env, tmp_path, ask["id"], 1900)
     assert result["timedOut"] is True
     assert result["requests"] <= 4, f"{result['requests']} decision requests in 1.9 s"
 
@@ -316,21 +322,6 @@ def test_js_wait_for_decision_asks_again_when_told_instead_of_spinning(
 ) -> None:
     settings.FOOTPRINT_ASK_WAITS_PER_PROCESS = 0
     ask = client.open_ask("run-js-busy", {"toolCallId": "q1", "toolName": "ask_user", "question": "?"})
-    result = _run_node(
-        """
-let requests = 0;
-const originalFetch = globalThis.fetch;
-globalThis.fetch = (...args) => { requests += 1; return originalFetch(...args); };
-let timedOut = false;
-try {
-  await observerModule.waitForDecision({ url: URL_, key: KEY }, Number(process.env.ASK_ID), { timeoutMs: 5000 });
-} catch (error) {
-  timedOut = error.timedOut === true;
-}
-console.log(JSON.stringify({ timedOut, requests }));
-""",
-        tmp_path,
-        {**node_env, "ASK_ID": str(ask["id"])},
-    )
+    result = _js_wait_requests(node_env, tmp_path, ask["id"], 5000)
     assert result["timedOut"] is True
     assert result["requests"] <= 4, f"{result['requests']} decision requests in 5 s"

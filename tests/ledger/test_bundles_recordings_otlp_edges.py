@@ -623,32 +623,46 @@ def test_recording_attaches_snapshot_before_and_after_keeping_absent_apart_from_
     assert sum(b is not None for _, _, b, _ in stored) == 1  # only the currency transform changed anything
 
 
-def test_a_resumed_runs_recording_gives_the_paused_runs_decisions_their_before_and_after(agent_client):
-    """A resume carries the whole ledger on (spec §1.7): the resumed run's snapshot holds the paused
-    run's rows too (fixture README, b: `ledgerAfterResume`), the currency transform of t1 among them."""
-    paused_run, resumed_run = "run-1796043009084-1", "run-1796043009518-2"
+PAUSED_B_RUN, RESUMED_B_RUN = "run-1796043009084-1", "run-1796043009518-2"
+
+
+def _b_approved_held_back(agent_client: Any, held_back: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Ingests scenario b-approved's events but the one `held_back` picks (when given); that event,
+    the resumed run's recording (its snapshot: the ledger at the pause plus the approval) and the
+    currency transform's row."""
     events = fixture_events("b-middleware/events-approved.json")
-    assert agent_client.ingest(events).status_code == 200
-    resumed = [e for e in events if e["meta"]["runId"] == resumed_run]
+    late = next(e for e in events if held_back(e)) if held_back else None
+    assert agent_client.ingest([e for e in events if e is not late]).status_code == 200
+    resumed = [e for e in events if e["meta"]["runId"] == RESUMED_B_RUN]
     approve_row = next(e["payload"] for e in resumed if e["type"] == "agentfootprint.middleware.decision")
     rows = [*load_fixture("b-middleware/ledger-at-pause.json")["rows"], approve_row]
-    transform = next(r for r in rows if r.get("changed"))
     envelope = {
         "format": "agentfootprint.recording.v1",
-        "run": {"runId": resumed_run, "complete": True, "droppedEvents": 0, "firstRetainedEventIndex": 0},
+        "run": {"runId": RESUMED_B_RUN, "complete": True, "droppedEvents": 0, "firstRetainedEventIndex": 0},
         "recording": {
             "events": [{k: v for k, v in e.items() if k != "seq"} for e in resumed],
             "snapshot": {"sharedState": {"middlewareDecisions": rows}},
         },
     }
+    return late, envelope, next(r for r in rows if r.get("changed"))
+
+
+def _paused_runs_transform() -> MiddlewareDecision:
+    return MiddlewareDecision.objects.get(run__run_id=PAUSED_B_RUN, middleware="normalize-currency", tool_call_id="t1")
+
+
+def test_a_resumed_runs_recording_gives_the_paused_runs_decisions_their_before_and_after(agent_client):
+    """A resume carries the whole ledger on (spec §1.7): the resumed run's snapshot holds the paused
+    run's rows too (fixture README, b: `ledgerAfterResume`), the currency transform of t1 among them."""
+    _, envelope, transform = _b_approved_held_back(agent_client, None)
 
     response = agent_client.post_json("/api/v1/recordings", envelope)
 
     assert response.status_code == 201, response.content[:300]
-    decision = MiddlewareDecision.objects.get(
-        run__run_id=paused_run, middleware="normalize-currency", tool_call_id="t1"
+    assert (_paused_runs_transform().before, _paused_runs_transform().after) == (
+        transform["before"],
+        transform["after"],
     )
-    assert (decision.before, decision.after) == (transform["before"], transform["after"])
 
 
 def test_recording_snapshot_row_with_null_after_stores_json_null_and_absent_before_stays_sql_null(agent_client):
@@ -708,34 +722,6 @@ def test_other_bodies_still_refuse_a_lone_surrogate_and_bundles_keep_it(agent_cl
 
     assert response.status_code == 400
     assert "surrogate" in response.json()["error"]
-
-
-PAUSED_B_RUN, RESUMED_B_RUN = "run-1796043009084-1", "run-1796043009518-2"
-
-
-def _b_approved_held_back(agent_client: Any, held_back: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """Ingests scenario b-approved's events but the one `held_back` picks; that event, the resumed
-    run's recording (its snapshot: the ledger at the pause plus the approval) and the currency
-    transform's row."""
-    events = fixture_events("b-middleware/events-approved.json")
-    late = next(e for e in events if held_back(e))
-    assert agent_client.ingest([e for e in events if e is not late]).status_code == 200
-    resumed = [e for e in events if e["meta"]["runId"] == RESUMED_B_RUN]
-    approve_row = next(e["payload"] for e in resumed if e["type"] == "agentfootprint.middleware.decision")
-    rows = [*load_fixture("b-middleware/ledger-at-pause.json")["rows"], approve_row]
-    envelope = {
-        "format": "agentfootprint.recording.v1",
-        "run": {"runId": RESUMED_B_RUN, "complete": True, "droppedEvents": 0, "firstRetainedEventIndex": 0},
-        "recording": {
-            "events": [{k: v for k, v in e.items() if k != "seq"} for e in resumed],
-            "snapshot": {"sharedState": {"middlewareDecisions": rows}},
-        },
-    }
-    return late, envelope, next(r for r in rows if r.get("changed"))
-
-
-def _paused_runs_transform() -> MiddlewareDecision:
-    return MiddlewareDecision.objects.get(run__run_id=PAUSED_B_RUN, middleware="normalize-currency", tool_call_id="t1")
 
 
 def test_a_paused_runs_decision_arriving_after_the_resumed_runs_recording_gains_its_before_and_after(agent_client):
