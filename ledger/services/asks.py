@@ -35,7 +35,7 @@ from ledger.exceptions import (
     AskStaleDecision,
     AskSuperseded,
 )
-from ledger.models import AgentKey, Ask, MiddlewareDecision, Project, Run, RunEvent, ToolCall, WebhookDelivery
+from ledger.models import AgentKey, Ask, Project, Run, RunEvent, ToolCall, WebhookDelivery
 from ledger.projections import resumed_ask_verdict
 from ledger.services.ingest import CONSUMER_SCOPE, run_append_server_event, run_lock
 
@@ -457,11 +457,16 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
     if not reported:
         return
     _lock_sessions(project.pk)
+    # A resumed run's report is an agent's: a key that may not handle asks (an exporter's, a log
+    # shipper's) stores it as evidence and closes nothing with it.
+    may_report = key is None or AgentKey.Scope.ASKS in key.scopes
     for short, data, event, run_id in reported:
         if short == "checkin.decision":
-            _close_reported_check_in(project, data)
+            if may_report:
+                _close_reported_check_in(project, data, event.wall_clock_ms)
         elif short == "middleware.decision":
-            _close_reported_middleware_ask(project, data)
+            if may_report:
+                _close_reported_middleware_ask(project, data, event.wall_clock_ms)
         else:
             _open_reported(project, key, short, data, event.meta, run_id)
 
@@ -512,30 +517,38 @@ def _open_reported(
         _supersede_in_session(existing)
 
 
-def _close_reported_check_in(project: Project, payload: Mapping[str, Any]) -> bool:
+# What a `checkin.decision` may close: a check-in, or a middleware ask an integration resumed;
+# never a question (its answer is the tool's result) nor a consent gate.
+CLOSED_BY_CHECKIN_REPORTS = (Ask.Kind.CHECK_IN, Ask.Kind.ASK)
+
+
+def _close_reported_check_in(project: Project, payload: Mapping[str, Any], reported_at_ms: int | None) -> bool:
     """Close the ask its resumed run reports decided elsewhere with a `checkin.decision` (the
-    framework files one for a check-in; an integration may for any ask it resumed)."""
+    framework files one for a check-in)."""
     tool_call_id, approved = payload.get("toolCallId"), payload.get("approved")
-    if not isinstance(tool_call_id, str) or not isinstance(approved, bool):
+    if not is_plain_id(tool_call_id) or not isinstance(approved, bool):
         return False
-    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id)
-    return _close_reported(asks, approved, payload.get("by"), payload.get("note"))
+    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind__in=CLOSED_BY_CHECKIN_REPORTS)
+    return _close_reported(asks, reported_at_ms, approved, payload.get("by"), payload.get("note"))
 
 
-def _close_reported_middleware_ask(project: Project, payload: Mapping[str, Any]) -> bool:
+def _close_reported_middleware_ask(project: Project, payload: Mapping[str, Any], reported_at_ms: int | None) -> bool:
     """Close the middleware ask its resumed run reports decided elsewhere (its verdict row)."""
-    verdict, tool_call_id = resumed_ask_verdict(payload), payload.get("toolCallId")
-    if verdict is None or not isinstance(tool_call_id, str):
-        return False
-    asks = Ask.objects.filter(
-        project=project, tool_call_id=tool_call_id, kind=Ask.Kind.ASK, middleware=payload["middleware"]
+    verdict, tool_call_id, middleware = (
+        resumed_ask_verdict(payload),
+        payload.get("toolCallId"),
+        payload.get("middleware"),
     )
-    return _close_reported(asks, *verdict)
+    if verdict is None or not is_plain_id(tool_call_id) or not is_plain_id(middleware):
+        return False
+    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind=Ask.Kind.ASK, middleware=middleware)
+    return _close_reported(asks, reported_at_ms, *verdict)
 
 
-def _close_reported(asks: QuerySet[Ask], approved: bool, by: object, note: object) -> bool:
+def _close_reported(asks: QuerySet[Ask], reported_at_ms: int | None, approved: bool, by: object, note: object) -> bool:
     """Close the one ask among `asks` (one tool call's) as its resumed run reports it decided.
-    Whether it did."""
+    Whether it did. A report the agent's clock puts before the pause is another run's (scripted
+    ids like 't3' repeat), never this pause's answer."""
     # The resumed run reports under a new runId and no session, so the ask is found by its tool
     # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
     # decision made here, so unless this is the project's only ask for the call, nothing is decided.
@@ -544,6 +557,9 @@ def _close_reported(asks: QuerySet[Ask], approved: bool, by: object, note: objec
     undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
     candidates = list(asks[:2])
     if len(candidates) != 1 or candidates[0].status not in undecided:
+        return False
+    paused_at_ms = candidates[0].paused_at_ms
+    if reported_at_ms is not None and paused_at_ms is not None and reported_at_ms < paused_at_ms:
         return False
     claimed = Ask.objects.filter(pk=candidates[0].pk, status__in=undecided).update(
         status=Ask.Status.DECIDED,
@@ -564,7 +580,7 @@ def _close_if_reported_already(ask: Ask) -> bool:
     """A new ask whose resumed run already reported its decision (its events came first, a
     batch of another run flushed sooner): closed by that report as it would have been. Whether it
     was."""
-    if ask.kind not in (Ask.Kind.ASK, Ask.Kind.CHECK_IN):
+    if ask.kind not in CLOSED_BY_CHECKIN_REPORTS:
         return False
     # The resumed run holds the call as a row of its own (an end without a start).
     resumed_runs = (
@@ -572,17 +588,22 @@ def _close_if_reported_already(ask: Ask) -> bool:
         .exclude(run__run_id=ask.run_id)
         .values("run")
     )
-    if ask.kind == Ask.Kind.ASK:
-        rows = MiddlewareDecision.objects.filter(
-            run__in=resumed_runs, tool_call_id=ask.tool_call_id, middleware=ask.middleware, moment="before-tool"
-        ).values("middleware", "moment", "outcome", "why")
-        # As the row's event carried it: the verdict rule reads the payload's own keys.
-        return any(_close_reported_middleware_ask(ask.project, {**row, "toolCallId": ask.tool_call_id}) for row in rows)
     reports = RunEvent.objects.filter(
-        run__in=resumed_runs, tool_call_id=ask.tool_call_id, type="agentfootprint.checkin.decision"
-    ).values_list("doc", flat=True)
-    payloads = [doc.get("payload") for doc in reports if isinstance(doc, dict)]
-    return any(_close_reported_check_in(ask.project, p) for p in payloads if isinstance(p, dict))
+        run__in=resumed_runs,
+        tool_call_id=ask.tool_call_id,
+        type__in=["agentfootprint.checkin.decision", "agentfootprint.middleware.decision"],
+    ).values_list("type", "doc", "wall_clock_ms")[:MAX_REPORTS_READ]
+    for type_, doc, wall_clock_ms in reports:
+        payload = doc.get("payload") if isinstance(doc, dict) else None
+        if not isinstance(payload, dict):
+            continue
+        close = _close_reported_check_in if type_.endswith("checkin.decision") else _close_reported_middleware_ask
+        if close(ask.project, payload, wall_clock_ms):
+            return True
+    return False
+
+
+MAX_REPORTS_READ = 20  # of one tool call's: the resumed run files one; more are other runs' ids
 
 
 def _wake_waiters(ask_id: int) -> None:

@@ -92,10 +92,10 @@ def test_an_agents_post_and_its_runs_events_for_the_same_pause_are_both_answered
     secret = agent_key_create(project=project, scopes=["ingest", "asks"])[1]
     first, _ = service_ask_open(
         project=project, key=None, run_id="run-a", session_id=SESSION,
-        pause_data={"toolCallId": "c0", "toolName": "ask_user", "question": "Region?"},
+        pause_data={"toolCallId": "c0", "toolName": "refund", "checkIn": {"evidence": {"willDo": "Refund?"}}},
         checkpoint=None, deadline=None, on_timeout="decline",
     )  # fmt: skip
-    reported = {"toolName": "ask_user", "toolCallId": "c0", "iteration": 1, "approved": True, "by": "alice@host"}
+    reported = {"toolName": "refund", "toolCallId": "c0", "iteration": 1, "approved": True, "by": "alice@host"}
     resumed = [_event("run-b", 0, "checkin.decision", reported, None, WALL), _pause("run-b", "c1", SESSION, WALL, 1)]
     post = {"runId": "run-b", "sessionId": SESSION, "pauseData": {"toolCallId": "c1", "toolName": "ask_user"}}
     answers: dict[str, Any] = {}
