@@ -332,12 +332,14 @@ def _refs_in(value: Any) -> list[str]:
 
 MAX_PREVIEWED_REFS = 5
 ASK_PREVIEW_BYTES = 4 * 1024
+ASK_PREVIEW_MAX_PAYLOAD = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class ReferencedArtifact:
     """An artifact the ask's arguments or component reference: what the person decides on. The
-    first MAX_PREVIEWED_REFS come with their payload (`shown`), the rest as a link."""
+    first MAX_PREVIEWED_REFS of at most ASK_PREVIEW_MAX_PAYLOAD bytes come with their payload
+    (`shown`), the rest as a link."""
 
     artifact: Artifact
     shown: ArtifactView | None
@@ -377,9 +379,10 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
     component = ask.component if isinstance(ask.component, dict) else None
     refs = sorted({*_refs_in(args), *_refs_in(component)})
     referenced = artifacts_referenced(project=ask.project, refs=refs) if refs else []
-    artifacts = [ReferencedArtifact(artifact, None) for artifact in referenced]
-    for index, artifact in enumerate(referenced[:MAX_PREVIEWED_REFS]):
-        artifacts[index] = ReferencedArtifact(artifact, artifact_shown(artifact))
+    # A preview is shown only once the whole payload matched its digest: reading and hashing
+    # five 16 MiB payloads on every view of the page is past what a preview is worth.
+    previewed = [a for a in referenced if a.bytes <= ASK_PREVIEW_MAX_PAYLOAD][:MAX_PREVIEWED_REFS]
+    artifacts = [ReferencedArtifact(a, artifact_shown(a) if a in previewed else None) for a in referenced]
     history = list(
         Ask.objects.filter(project=ask.project, tool_name=ask.tool_name, status=Ask.Status.DECIDED)
         .exclude(pk=ask.pk)
