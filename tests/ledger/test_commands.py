@@ -13,7 +13,7 @@ from django.db import connection
 
 from ledger import selectors
 from ledger.exceptions import RunNotFound
-from ledger.models import AgentKey, Membership, Project, Recording, Run, RunEvent
+from ledger.models import AgentKey, Ask, Membership, Project, Recording, Run, RunEvent
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -200,6 +200,23 @@ def test_seed_demo_login_and_key_work(settings: Any, tmp_path: Any, client: Any)
     response = ApiClient(key).get("/api/v1/runs")
     assert response.status_code == 200
     assert len(response.json()["runs"]) == Run.objects.filter(project__slug="demo").count() > 0
+
+
+def test_seed_demo_leaves_one_ask_waiting_and_the_declined_one_closed(settings: Any, tmp_path: Any) -> None:
+    """The inbox is not empty: a run paused at its four-eyes ask waits for a person; the declined
+    run's ask is closed by what its resume reported (omar's verdict row)."""
+    settings.DATA_DIR = tmp_path
+    _call("seed_demo")
+
+    asks = {ask.run_id: ask for ask in Ask.objects.filter(project__slug="demo")}
+    assert asks["run-1796043009084-1"].status == Ask.Status.OPEN
+    assert Run.objects.get(run_id="run-1796043009084-1").status == Run.Status.PAUSED
+    declined = asks["run-1796043009968-3"]
+    assert (declined.status, declined.approved, declined.decided_by_label) == (
+        Ask.Status.DECIDED,
+        False,
+        "omar@treasury",
+    )
 
 
 def test_seed_demo_mints_a_new_key_when_the_stored_one_is_unknown(settings: Any, tmp_path: Any) -> None:

@@ -57,7 +57,8 @@ class Command(BaseCommand):
             lambda: agent_key_create(project=project, scopes=AGENT_SCOPES, name="demo")[1],
         )
 
-        for name in ("middleware-events.json", "tool-effects-events.json"):
+        # The last: a run paused at its four-eyes ask, which waits in the inbox for a decision.
+        for name in ("middleware-events.json", "tool-effects-events.json", "middleware-paused-events.json"):
             events = orjson.loads((DEMO / name).read_bytes())["events"]
             events_ingest(project=project, events=check_events(events))
         recording_ingest(project=project, body=(DEMO / "recording.json").read_bytes())
