@@ -77,6 +77,19 @@ def _nested_agents(project: Project, trace_id: str, spans: dict[str, Span]) -> s
     known: dict[str, tuple[dict[str, Any], str] | None] = {
         span_id: (span.attributes, span.parent_span_id) for span_id, span in spans.items()
     }
+    # The agent spans' parents not in the request, in one query (their own parents as needed).
+    missing = {
+        span.parent_span_id
+        for span in spans.values()
+        if is_agent_span(span.attributes) and span.parent_span_id and span.parent_span_id not in known
+    }
+    if missing:
+        known |= dict.fromkeys(missing)
+        stored = OtlpSpan.objects.filter(project=project, trace_id=trace_id, span_id__in=missing)
+        known |= {
+            span_id: (attributes, parent)
+            for span_id, attributes, parent in stored.values_list("span_id", "attributes", "parent_span_id")
+        }
     nested = set()
     for span in spans.values():
         if not is_agent_span(span.attributes):
