@@ -5,7 +5,7 @@ added exactly once however often a batch is re-sent.
 """
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -221,15 +221,15 @@ def resumed_ask_verdict(payload: Any) -> tuple[bool, str, str | None] | None:
     """A resumed middleware ask's own row (spec §1.7): the asking middleware's before-tool
     decision `approved by <by>[: <note>]` with outcome allow, or `declined by …` with deny;
     (approved, by, note), else None."""
-    why = payload.get("why") if isinstance(payload, Mapping) else None
+    why = payload.get("why") if isinstance(payload, dict) else None  # per decision: no ABC check
     if not isinstance(why, str) or not why.startswith(RESUMED_ASK_VERDICTS):
         return None
     if payload.get("moment") != "before-tool" or not isinstance(payload.get("middleware"), str):
         return None
-    approved = why.startswith("approved by ")
+    approved = why.startswith(RESUMED_ASK_VERDICTS[0])
     if payload.get("outcome") != ("allow" if approved else "deny"):
         return None
-    by, _, note = why.removeprefix(RESUMED_ASK_VERDICTS[0 if approved else 1]).partition(": ")
+    by, _, note = why.split(" by ", 1)[1].partition(": ")
     return approved, by, note or None
 
 

@@ -16,6 +16,7 @@ from django.db.models import F, Q, Value
 from django.db.models.fields.json import KeyTransform
 
 from artifacts.models import Artifact
+from ledger.envelopes import OTLP_RUN_PREFIX
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
 from ledger.otlp import iteration_number
 from ledger.selectors_integrity import integrity_check_latest
@@ -228,8 +229,9 @@ def run_tree(*, run: Run) -> list[TreeNode]:
     One pass over the run's events; the answer depends only on the stored chain, so it is cached
     under the chain's length (new events make a new key).
     """
-    by_span = run.source == Run.Source.OTLP and run.run_id.startswith("otlp-")
-    span_iterations = _span_iterations(run) if by_span else {}
+    trace_id = _otlp_trace_id(run)
+    by_span = trace_id is not None
+    span_iterations = _span_iterations(run.project_id, trace_id) if trace_id is not None else {}
     key = f"run-tree:{run.pk}:{run.chain_length}:{len(span_iterations)}"
     cached = cache.get(key)
     if cached is not None:
@@ -263,14 +265,21 @@ def run_tree(*, run: Run) -> list[TreeNode]:
     return tree
 
 
-def _span_iterations(run: Run) -> dict[str, int]:
-    """For a run fed over OTLP: the loop iteration of each of its spans that lies in one (an
-    `iteration:N` span itself, or the nearest such span above it), by span id. Parent links, not
-    arrival order: exporters send each span as it ends, children before their parents."""
+def _otlp_trace_id(run: Run) -> str | None:
+    """The trace a run fed over OTLP is (its run id is `otlp-<trace id>`), else None."""
+    if run.source != Run.Source.OTLP or not run.run_id.startswith(OTLP_RUN_PREFIX):
+        return None
+    return run.run_id.removeprefix(OTLP_RUN_PREFIX)
+
+
+def _span_iterations(project_id: int, trace_id: str) -> dict[str, int]:
+    """The loop iteration of each of the trace's spans that lies in one (an `iteration:N` span
+    itself, or the nearest such span above it), by span id. Parent links, not arrival order:
+    exporters send each span as it ends, children before their parents."""
     spans = {
         span_id: (parent, iteration_number(name, {"iteration.number": number}))
         for span_id, parent, name, number in OtlpSpan.objects.filter(
-            project_id=run.project_id, trace_id=run.run_id.removeprefix("otlp-")
+            project_id=project_id, trace_id=trace_id
         ).values_list("span_id", "parent_span_id", "name", KeyTransform("iteration.number", "attributes"))
     }
     found: dict[str, int | None] = {}
@@ -438,22 +447,22 @@ class VerdictRow:
     diff: list[DiffLine]
 
 
-def _page_by_seq(lists: list[list[Any]]) -> tuple[list[list[Any]], int | None]:
-    """Rows of seq-ordered lists, each read up to TAB_LIMIT + 1 past one seq, and the seq the next
-    page starts after. Every list is cut at the lowest seq any was cut at, so the next page neither
-    repeats nor skips a row of any of them."""
-    cuts = [rows[TAB_LIMIT - 1].seq for rows in lists if len(rows) > TAB_LIMIT]
+def _page_by(lists: list[list[Any]], key: str = "seq") -> tuple[list[list[Any]], int | None]:
+    """Rows of lists ordered by a unique `key` (seq, unless said), each read up to TAB_LIMIT + 1
+    past one value, and the value the next page starts after. Every list is cut at the lowest
+    value any was cut at, so the next page neither repeats nor skips a row of any of them."""
+    cuts = [getattr(rows[TAB_LIMIT - 1], key) for rows in lists if len(rows) > TAB_LIMIT]
     if not cuts:
         return lists, None
     cut = min(cuts)
-    return [[row for row in rows if row.seq <= cut] for rows in lists], cut
+    return [[row for row in rows if getattr(row, key) <= cut] for rows in lists], cut
 
 
 def run_verdicts_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's middleware decisions, grouped by moment in the spec's order (others
     after), each with a line diff of before/after where a recording supplied them, and of its
     permission verdicts; `next_after_seq` when more follow."""
-    (decisions, verdicts), next_after_seq = _page_by_seq(
+    (decisions, verdicts), next_after_seq = _page_by(
         [
             list(run.decisions.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1]),
             list(run.verdicts.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1]),
@@ -495,7 +504,7 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
         _EVENTS_OF_TYPES_SQL,
         {"run": run.pk, "types": list(_ARTIFACT_EVENT_TYPES), "limit": TAB_LIMIT + 1, "after_seq": after_seq},
     )
-    (events,), next_after_seq = _page_by_seq([rows])
+    (events,), next_after_seq = _page_by([rows])
     stored = list(
         Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id)
         .defer("origin")
@@ -511,18 +520,10 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
 
 def run_refusals_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's refusals in seq order; `next_after_seq` when more follow."""
-    (refusals,), next_after_seq = _page_by_seq(
+    (refusals,), next_after_seq = _page_by(
         [list(run.refusals.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1])]
     )
     return {"refusals": refusals, "next_after_seq": next_after_seq}
-
-
-def _page_by_key(rows: list[Any], key: str) -> tuple[list[Any], int | None]:
-    """Rows read up to TAB_LIMIT + 1 in the order of a unique `key`, and the key the next page
-    starts after."""
-    if len(rows) <= TAB_LIMIT:
-        return rows, None
-    return rows[:TAB_LIMIT], getattr(rows[TAB_LIMIT - 1], key)
 
 
 def run_asks_page(*, run: Run, after_id: int = 0) -> dict[str, Any]:
@@ -532,17 +533,18 @@ def run_asks_page(*, run: Run, after_id: int = 0) -> dict[str, Any]:
         .defer("checkpoint", "pause_data")
         .order_by("pk")
     )
-    rows, next_after = _page_by_key(list(asks[: TAB_LIMIT + 1]), "pk")
+    (rows,), next_after = _page_by([list(asks[: TAB_LIMIT + 1])], key="pk")
     return {"asks": rows, "next_after": next_after}
 
 
 def run_otlp_spans_page(*, run: Run, after_number: int = -1) -> dict[str, Any]:
     """For a run fed over OTLP: a page of its spans in the order received, each with the seqs of
     the events it was mapped to; `next_after` (a span number) when more follow."""
-    if run.source != Run.Source.OTLP or not run.run_id.startswith("otlp-"):
+    trace_id = _otlp_trace_id(run)
+    if trace_id is None:
         return {"spans": [], "next_after": None}
-    spans = OtlpSpan.objects.filter(
-        project_id=run.project_id, trace_id=run.run_id.removeprefix("otlp-"), span_number__gt=after_number
+    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=trace_id, span_number__gt=after_number)
+    (rows,), next_after = _page_by(
+        [list(spans.defer("raw").order_by("span_number")[: TAB_LIMIT + 1])], key="span_number"
     )
-    rows, next_after = _page_by_key(list(spans.defer("raw").order_by("span_number")[: TAB_LIMIT + 1]), "span_number")
     return {"spans": rows, "next_after": next_after}
