@@ -9,6 +9,7 @@ the same runs cannot deadlock.
 import functools
 import struct
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -205,18 +206,30 @@ _pack_jsonb_head: Final = struct.Struct(">ib").pack  # length, then jsonb's bina
 _pack_hashes: Final = struct.Struct(">i32si32s").pack
 
 
-class EventRowsBlock:
-    """`EVENTS` rows in PostgreSQL's binary COPY format, encoded here rather than by psycopg.
+# psycopg cuts (copies) a write longer than its MAX_BUFFER_SIZE, 128 KiB; a block ends just past
+# this, at its row's end, so its largest row decides whether psycopg cuts it.
+COPY_BLOCK_BYTES: Final = 120 * 1024
+ROW_OVERHEAD_BYTES: Final = 150  # a row's fields other than body and doc, its type and call id included
+
+
+class EventRowsWriter:
+    """`EVENTS` rows in PostgreSQL's binary COPY format, encoded here rather than by psycopg, and
+    handed to `write` (the open COPY's) a block of about COPY_BLOCK_BYTES at a time.
 
     Every ingested event is one row: psycopg's per-field dumpers cost more than the rest of the
     row's work in Python, while the layout is fixed: a field count, then each field as its byte
     length and bytes (-1 for NULL), big-endian. `body` is sent as is for `doc` too (jsonb's binary
     form is a version byte and the JSON text) unless it holds U+0000, which jsonb cannot.
+
+    In blocks, not one buffer for the request: a 720 KB buffer was copied whole by the join and
+    again by psycopg cutting it into pieces of its largest write, each copy leaving the caches;
+    a block is sent while its bytes are still in them, and PostgreSQL starts on it meanwhile.
     """
 
-    def __init__(self) -> None:
-        self.parts: list[bytes] = [COPY_SIGNATURE]  # joined once at the end: no copy per row
-        self.rows = 0
+    def __init__(self, write: Callable[[bytes], None]) -> None:
+        self.write = write
+        self.parts: list[bytes] = [COPY_SIGNATURE]
+        self.pending = 0  # bytes in `parts`, roughly: the bodies and the fixed-size parts
 
     def append(
         self, run_pk: int, position: int, event: Event, tool_call_id: str | None, prev: bytes, head: bytes
@@ -233,11 +246,14 @@ class EventRowsBlock:
             doc,
             _pack_hashes(32, prev, 32, head),
         )
-        self.rows += 1
+        self.pending += len(body) + len(doc) + ROW_OVERHEAD_BYTES
+        if self.pending >= COPY_BLOCK_BYTES:
+            self.write(b"".join(self.parts))
+            self.parts, self.pending = [], 0
 
-    def finished(self) -> bytes:
+    def finish(self) -> None:
         self.parts.append(COPY_TRAILER)
-        return b"".join(self.parts)
+        self.write(b"".join(self.parts))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -391,7 +407,7 @@ def events_ingest(
         by_run[event.run_id].append(event)
 
     receipts: list[RunReceipt] = []
-    rows = EventRowsBlock()
+    fresh_by_run: dict[str, list[Event]] = {}
     new_events: list[Event] = []
     states: dict[str, _RunState] = {}
     duplicates: dict[str, int] = {}
@@ -414,17 +430,21 @@ def events_ingest(
             if state.chain_length == 0:
                 first_batch.add(run_id)
             fresh, duplicates[run_id] = _split_new(run_id, run_events, _stored_bodies(cur, state, run_events), events)
-            head = state.head
-            for offset, event in enumerate(fresh):
-                prev, head = head, link_hash(head, event.body)
-                rows.append(state.pk, state.chain_length + offset, event, _tool_call_id(event), prev, head)
+            fresh_by_run[run_id] = fresh
             new_events.extend(fresh)
             accepted[run_id] = len(fresh)
-            state.chain_length += len(fresh)
-            state.head = head
-        if rows.rows:
+        if new_events:  # every run is locked (the COPY holds the connection): chained in runId order
             with cur.copy(EVENTS.statement) as copy:
-                copy.write(rows.finished())
+                rows = EventRowsWriter(copy.write)
+                for run_id, fresh in fresh_by_run.items():
+                    state = states[run_id]
+                    head = state.head
+                    for offset, event in enumerate(fresh):
+                        prev, head = head, link_hash(head, event.body)
+                        rows.append(state.pk, state.chain_length + offset, event, _tool_call_id(event), prev, head)
+                    state.chain_length += len(fresh)
+                    state.head = head
+                rows.finish()
         projection = project_events(new_events)
         _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()}, first_batch)
 

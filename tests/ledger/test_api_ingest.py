@@ -898,6 +898,21 @@ def test_every_column_of_an_event_row_is_stored_as_sent(agent_client):
     assert receipt["head"] == head.hex()
 
 
+def test_a_batch_larger_than_a_copy_block_is_stored_and_chained_whole(agent_client):
+    """The event rows go to PostgreSQL in blocks of about 120 KiB: a batch of several blocks, two
+    runs and one event larger than a block (which psycopg then cuts itself) is stored as sent."""
+    text = "x" * 1_000
+    events = [_event(n // 2, run_id=f"run-blocks-{n % 2}", payload={"text": text, "n": n}) for n in range(400)]
+    events.append(_event(200, run_id="run-blocks-0", payload={"text": "y" * 300_000}))
+
+    receipts = {r["runId"]: r for r in _ingest_ok(agent_client, events)}
+
+    assert {run_id: r["accepted"] for run_id, r in receipts.items()} == {"run-blocks-0": 201, "run-blocks-1": 200}
+    for run_id in receipts:
+        assert _run_events(agent_client, run_id) == [e for e in events if e["meta"]["runId"] == run_id]
+        assert _verify(agent_client, run_id) == {"valid": True, "recordsChecked": receipts[run_id]["accepted"]}
+
+
 def test_u0000_in_projected_fields_is_u_fffd_in_the_projections_and_kept_in_the_body(agent_client):
     start = {"toolName": "look\u0000up", "toolCallId": "c\u00001", "args": {"q": "\u0000"}}
     decision = {"middleware": "guard\u0000", "moment": "before-tool", "outcome": "deny", "toolCallId": "c\u00001"}
