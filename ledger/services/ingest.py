@@ -206,8 +206,8 @@ _pack_jsonb_head: Final = struct.Struct(">ib").pack  # length, then jsonb's bina
 _pack_hashes: Final = struct.Struct(">i32si32s").pack
 
 
-# psycopg cuts (copies) a write longer than its MAX_BUFFER_SIZE, 128 KiB; a block ends just past
-# this, at its row's end, so its largest row decides whether psycopg cuts it.
+# A block is sent at the end of the row that takes it past this: under psycopg's largest single
+# write (MAX_BUFFER_SIZE, 128 KiB; a longer one it cuts into copies) unless that row is large.
 COPY_BLOCK_BYTES: Final = 120 * 1024
 ROW_OVERHEAD_BYTES: Final = 150  # a row's fields other than body and doc, its type and call id included
 
