@@ -81,8 +81,8 @@ def webhook_deliver(*, delivery_id: int) -> None:
 
     The attempt is claimed and logged (committed) before the POST, and no transaction is held
     open across it. Whatever the attempt ends in is logged on it and the delivery released, so
-    one delivery cannot stop the sweep or keep its lease. Raises WebhookFailed on a failure (the
-    next attempt is already scheduled).
+    one delivery cannot stop the sweep or keep its lease. A failure is logged (one line: a warning,
+    an error for the last attempt) and raises WebhookFailed (the next attempt is already scheduled).
     """
     claimed = _claim(delivery_id)
     if claimed is None:
@@ -102,6 +102,18 @@ def webhook_deliver(*, delivery_id: int) -> None:
     )
     _settle(delivery, delivered)
     if not delivered:
+        # The receiver's answer, not a fault here: one line, no traceback; an error once no
+        # attempt is left, since the agent host then never gets the decision.
+        last = delivery.attempts >= MAX_ATTEMPTS
+        logger.log(
+            logging.ERROR if last else logging.WARNING,
+            "webhook delivery %s, attempt %s of %s: %s; %s",
+            delivery_id,
+            delivery.attempts,
+            MAX_ATTEMPTS,
+            error or f"HTTP {status_code}",
+            "no attempt is left" if last else "the outbox tries again after its backoff",
+        )
         raise WebhookFailed(f"delivery {delivery_id} failed: {error or status_code}")
 
 

@@ -117,6 +117,35 @@ def test_the_webhook_task_never_attempts_a_delivery_more_than_max_attempts_times
     assert delivery.attempts <= MAX_ATTEMPTS
 
 
+def test_a_refused_attempt_is_a_warning_of_the_task_and_the_last_one_an_error(
+    project: Project, django_capture_on_commit_callbacks: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver's 503 is an outcome the outbox retries, not a fault of the fast-path task: the
+    task ends without raising (Celery logged each such attempt as an ERROR with a traceback), and
+    the worker's log gets one line naming the attempt; once no attempt is left, as an error."""
+    with webhook_receiver(503) as server:
+        delivery = _decided(project, url_of(server), "w-log", django_capture_on_commit_callbacks)
+
+        with caplog.at_level("WARNING", logger="ledger.services.webhooks"):
+            result = tasks.ask_deliver_webhook.apply(args=[delivery.pk])
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                attempts=MAX_ATTEMPTS - 1, next_attempt_at=timezone.now()
+            )
+            tasks.ask_deliver_webhook.apply(args=[delivery.pk])
+
+    assert result.successful()
+    first, last = caplog.records
+    assert (first.levelname, first.exc_info) == ("WARNING", None)
+    assert first.getMessage() == (
+        f"webhook delivery {delivery.pk}, attempt 1 of {MAX_ATTEMPTS}: HTTP 503; "
+        "the outbox tries again after its backoff"
+    )
+    assert (last.levelname, last.exc_info) == ("ERROR", None)
+    assert last.getMessage().endswith(f"attempt {MAX_ATTEMPTS} of {MAX_ATTEMPTS}: HTTP 503; no attempt is left")
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (WebhookDelivery.Status.FAILED, MAX_ATTEMPTS)
+
+
 def test_a_delivery_waiting_for_a_webhook_turned_off_is_sent_once_it_is_set_again(
     project: Project, django_capture_on_commit_callbacks: Any
 ) -> None:
