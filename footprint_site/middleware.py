@@ -57,7 +57,7 @@ class RequestHygieneMiddleware:
         if not tainted:
             return None
         refused = [key for key in tainted if key != "cursor"]
-        if _is_api(request) and refused:
+        if is_api_request(request) and refused:
             return 422, "ERR_INVALID_PARAMETERS", f"The query parameter '{refused[0][:100]}' contains U+0000."
         kept = QueryDict(mutable=True)
         for key, value in pairs:
@@ -70,7 +70,7 @@ class RequestHygieneMiddleware:
 
     @staticmethod
     def _form_problem(request: HttpRequest) -> tuple[int, str, str] | None:
-        if request.method != "POST" or request.content_type not in FORM_TYPES or _is_api(request):
+        if request.method != "POST" or request.content_type not in FORM_TYPES or is_api_request(request):
             return None  # the API takes JSON and says so itself (415)
         try:
             if request.content_type == FORM_TYPES[0]:
@@ -92,7 +92,8 @@ class RequestHygieneMiddleware:
         return None
 
 
-def _is_api(request: HttpRequest) -> bool:
+def is_api_request(request: HttpRequest) -> bool:
+    """A call to the JSON API or the OTLP endpoint: its callers send keys, not cookies."""
     return request.path.startswith(("/api/", "/v1/"))
 
 
@@ -103,7 +104,7 @@ def _refusal(request: HttpRequest, status: int, code: str, message: str) -> Http
         from ledger.otlp import error_response  # the middleware loads before the apps
 
         return error_response(request, status, message)
-    if _is_api(request):
+    if is_api_request(request):
         return JsonResponse({"error": message, "code": code}, status=status)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
 

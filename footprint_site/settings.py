@@ -74,14 +74,15 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "footprint_site.middleware.RequestHygieneMiddleware",
     "footprint_site.middleware.DatabaseUnavailableMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, the user, messages and htmx for pages only: the API passes through them.
+    "footprint_site.page_middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",  # Django's own: `check --deploy` looks for it by name
+    "footprint_site.page_middleware.AuthenticationMiddleware",
+    "footprint_site.page_middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
-    "footprint_site.login_redirects.HtmxLoginRedirectMiddleware",  # after HtmxMiddleware: reads request.htmx
+    "footprint_site.page_middleware.HtmxMiddleware",
+    "footprint_site.page_middleware.HtmxLoginRedirectMiddleware",  # after HtmxMiddleware: reads request.htmx
     "footprint_site.middleware.ContentSecurityPolicyMiddleware",
 ]
 
