@@ -115,6 +115,7 @@ def _database_from_environment() -> dict[str, object]:
         from footprint_site.embedded_postgres import embedded_database_settings
 
         config = embedded_database_settings(DATA_DIR / "postgres")
+    config["ENGINE"] = "footprint_site.postgresql"  # Django's, with a health check without a round trip
     config["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     config["CONN_HEALTH_CHECKS"] = True
     # Django turns psycopg's prepared statements off (for transaction-pooling PgBouncers before
