@@ -38,27 +38,6 @@ def test_pages_carry_csp_nosniff_and_frame_denial(client):
     assert response["X-Frame-Options"] == "DENY"
 
 
-@pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/docs"])
-def test_the_api_passes_by_the_page_middleware_and_keeps_the_security_headers(agent_client, path):
-    """Sessions, the signed-in user, messages and htmx serve pages; the API's callers send keys
-    (footprint_site/page_middleware.py). Its answers, its HTML docs included, still carry every
-    security header and set no cookie."""
-    response = agent_client.get(path)
-
-    assert response.status_code == 200
-    assert "script-src 'self'" in response["Content-Security-Policy"]
-    assert response["X-Content-Type-Options"] == "nosniff"
-    assert response["X-Frame-Options"] == "DENY"
-    assert not response.cookies
-    request = response.wsgi_request
-    assert not any(hasattr(request, name) for name in ("session", "user", "_messages", "htmx"))
-
-
-def test_pages_still_get_their_session_user_messages_and_htmx(client):
-    request = client.get("/accounts/login/").wsgi_request
-    assert all(hasattr(request, name) for name in ("session", "user", "_messages", "htmx"))
-
-
 @pytest.mark.django_db
 def test_session_and_csrf_cookies_are_httponly_and_samesite(client, settings, django_user_model):
     django_user_model.objects.create_user(username="u", password="pw-u")
