@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import psutil
 import psycopg
@@ -86,14 +87,10 @@ def start_gunicorn(env: dict[str, str]) -> subprocess.Popen:
 
 
 def configured_workers(env: dict[str, str]) -> int:
-    """The number of web workers gunicorn.conf.py gives the server started with `env`."""
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
+    """The number of web workers gunicorn.conf.py gives the server started with `env` (it reads
+    os.environ)."""
+    with mock.patch.dict(os.environ, env):
         return int(runpy.run_path(str(ROOT / "gunicorn.conf.py"))["workers"])
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def stop(server: subprocess.Popen) -> None:
