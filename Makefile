@@ -78,7 +78,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: compile  # the Django plugin imports settings, which refuse stale compiled copies
-	DJANGO_SECRET_KEY=typecheck DATABASE_URL=postgres://typecheck@localhost/typecheck $(BIN)/mypy footprint_site ledger artifacts
+	DJANGO_SECRET_KEY=typecheck DATABASE_URL=postgres://typecheck@localhost/typecheck $(BIN)/mypy footprint_site tenancy ledger artifacts
 
 check: lint typecheck test
 

@@ -30,6 +30,6 @@ def post_fork(server: object, worker: Any) -> None:
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     # An ask long-poll holds a thread for its whole wait: one thread of the worker stays free.
-    from footprint_site.notify import ask_wait_slots
+    from ledger.asks.waits import ask_wait_slots
 
     ask_wait_slots.limit = worker.cfg.threads - 1

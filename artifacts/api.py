@@ -15,8 +15,8 @@ from artifacts.wants import wants_resolve
 from footprint_site.auth import AgentKeyAuth, project_of
 from footprint_site.http import body_within
 from footprint_site.responses import json_response
-from ledger.envelopes import parse_json_encoded_as_javascript
 from ledger.exceptions import BodyTooLarge
+from ledger.ingest.envelopes import parse_json_encoded_as_javascript
 from ledger.schemas import ErrorOut
 
 router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))  # /api/v1/artifacts: the spec's /af/v1/artifacts
@@ -152,7 +152,7 @@ def list_artifacts(
     """The scope's live artifacts, newest first, metadata only (limit rounded down, 1 to 200; opaque cursor)."""
     store, scope = _store_and_scope(request)
     page, next_cursor = selectors.artifact_list(store=store, scope=scope, limit=limit, cursor=cursor)
-    body: dict[str, Any] = {"artifacts": [selectors.meta_of(a) for a in page]}
+    body: dict[str, Any] = {"artifacts": [a.meta() for a in page]}
     if next_cursor:
         body["cursor"] = next_cursor
     return json_response(body)
@@ -162,7 +162,7 @@ def list_artifacts(
 def head_artifact(request: HttpRequest, ref: str) -> HttpResponse:
     store, scope = _store_and_scope(request)
     artifact = selectors.artifact_head(store=store, scope=scope, ref=ref)
-    return json_response({"meta": selectors.meta_of(artifact)})
+    return json_response({"meta": artifact.meta()})
 
 
 @router.get("/{ref}", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
@@ -170,7 +170,7 @@ def get_artifact(request: HttpRequest, ref: str) -> HttpResponse:
     """Meta and payload; refuses (500 ERR_ARTIFACT_INTEGRITY) bytes that no longer match their digest."""
     store, scope = _store_and_scope(request)
     artifact, body = selectors.artifact_get(store=store, scope=scope, ref=ref)
-    return json_response({"meta": selectors.meta_of(artifact), "payload": payload_out(artifact.payload_shape, body)})
+    return json_response({"meta": artifact.meta(), "payload": payload_out(artifact.payload_shape, body)})
 
 
 @router.delete("/{ref}", response={204: None, **ERRORS}, openapi_extra=SCOPE_HEADER)

@@ -5,13 +5,15 @@
 unix milliseconds from the store's own clock, as the framework states them.
 """
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
 
 from footprint_site.lib.jsonb import JsonbDecoder
-from ledger.models import Project
+from tenancy.models import Project
 
 DAY_MS = 86_400_000
 
@@ -103,6 +105,26 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return self.ref
+
+    def meta(self) -> dict[str, Any]:
+        """The framework's ArtifactMeta: absent fields are omitted, never null; the mint's key order."""
+        meta: dict[str, Any] = {
+            "ref": self.ref,
+            "kind": self.kind,
+            "mediaType": self.media_type,
+            "bytes": self.bytes,
+            "createdAt": self.created_at,
+        }
+        for key, value in (
+            ("label", self.label),
+            ("digest", self.digest),
+            ("expiresAt", self.expires_at),
+            ("origin", self.origin),
+            ("parentRefs", self.parent_refs),
+        ):
+            if value is not None:
+                meta[key] = value
+        return meta
 
 
 class Tombstone(models.Model):

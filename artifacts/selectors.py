@@ -12,14 +12,14 @@ import orjson
 from django.db import connection
 from django.db.models import Q, QuerySet
 
+from artifacts.clock import LIVE_ROWS, store_now_ms
 from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound
 from artifacts.models import Artifact, ArtifactStore
 from artifacts.refs import is_ref
 from artifacts.rows import RowShape
 from artifacts.scopes import Scope
-from artifacts.services import LIVE_ROWS, store_now_ms
 from footprint_site.lib.db import prepared_cursor
-from ledger.models import Project
+from tenancy.models import Project
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 200
@@ -38,27 +38,6 @@ META_FIELDS = (
     "payload_shape",
     "expiry_bucket",
 )
-
-
-def meta_of(artifact: Artifact) -> dict[str, Any]:
-    """The framework's ArtifactMeta: absent fields are omitted, never null; the mint's key order."""
-    meta: dict[str, Any] = {
-        "ref": artifact.ref,
-        "kind": artifact.kind,
-        "mediaType": artifact.media_type,
-        "bytes": artifact.bytes,
-        "createdAt": artifact.created_at,
-    }
-    for key, value in (
-        ("label", artifact.label),
-        ("digest", artifact.digest),
-        ("expiresAt", artifact.expires_at),
-        ("origin", artifact.origin),
-        ("parentRefs", artifact.parent_refs),
-    ):
-        if value is not None:
-            meta[key] = value
-    return meta
 
 
 def not_found(ref: str) -> ArtifactNotFound:

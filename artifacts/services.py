@@ -14,6 +14,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from artifacts import partitions
+from artifacts.clock import LIVE_ROWS, store_now_ms
 from artifacts.exceptions import ArtifactNotFound, InvalidArtifact, UnknownParentRef
 from artifacts.models import Artifact, ArtifactHold, ArtifactStore, SweepRun, Tombstone
 from artifacts.payloads import canonical_bytes
@@ -22,15 +23,11 @@ from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from footprint_site.lib.db import prepared_cursor
 from footprint_site.lib.js import js_stringify, js_trim
-from ledger.envelopes import RUN_ID_RULE, is_run_id, json_holds_nul
-from ledger.models import Project
+from ledger.ingest.envelopes import RUN_ID_RULE, is_run_id, json_holds_nul
+from tenancy.models import Project
 
 MAX_TTL_FACTS_PER_PUT = 1000
 PARTITION_LOCK = 7_730_001  # session advisory lock key of the partition-dropping phase
-
-
-def store_now_ms(store: ArtifactStore) -> int:
-    return int(time.time() * 1000) + store.clock_offset_ms
 
 
 STORE_ROW = RowShape(ArtifactStore, [f.attname for f in ArtifactStore._meta.concrete_fields])
@@ -154,10 +151,6 @@ def _stated_expiry(store: ArtifactStore, requested: int | None, now: int) -> int
             "expiresAt for an artifact that does not expire."
         )
     return stated
-
-
-# Fragments of SQL kept as constants; no value is ever formatted into a query.
-LIVE_ROWS = "(expires_at IS NULL OR expires_at > %(now)s) AND deleted_at IS NULL"
 
 
 def _unresolved_parents(cursor: Any, store: ArtifactStore, scope: Scope, parents: list[str], now: int) -> list[str]:
@@ -343,9 +336,7 @@ def artifact_put(*, store: ArtifactStore, scope: Scope, spec: PutInput) -> tuple
             "INSERT INTO artifacts_payload (expiry_bucket, artifact_id, body) VALUES (%s, %s, %s)",
             [bucket, artifact.pk, body],
         )
-    from artifacts.selectors import meta_of
-
-    return meta_of(artifact), swept
+    return artifact.meta(), swept
 
 
 @transaction.atomic

@@ -12,9 +12,9 @@ from artifacts.exceptions import ArtifactNotFound
 from artifacts.scopes import scope_from_json
 from footprint_site.auth import AgentKeyAuth, project_of
 from footprint_site.responses import json_response
-from ledger.envelopes import parse_json
-from ledger.models import AgentKey
-from ledger.services import agent_key_create, project_get_or_create
+from ledger.ingest.envelopes import parse_json
+from tenancy.models import AgentKey
+from tenancy.services import agent_key_create, project_get_or_create
 
 router = Router(tags=["testing"])
 

@@ -16,9 +16,10 @@ from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
 from artifacts.refs import is_ref
 from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
-from ledger.envelopes import is_run_id
-from ledger.models import Membership, Project
-from ledger.selectors import decode_cursor, encode_cursor, project_get_for_user
+from footprint_site.pagination import decode_cursor, encode_cursor
+from ledger.ingest.envelopes import is_run_id
+from tenancy.models import Membership, Project
+from tenancy.selectors import project_get_for_user
 
 PER_PAGE = 50
 HOLDERS = (Membership.Role.AUDITOR, Membership.Role.ADMIN)
@@ -85,9 +86,7 @@ def _detail_context(request: HtmxHttpRequest, project_slug: str, ref: str) -> di
         "ref": ref,
         "view": view,
         "artifact": artifact,
-        "meta_json": orjson.dumps(selectors.meta_of(artifact), option=orjson.OPT_INDENT_2).decode()
-        if artifact
-        else None,
+        "meta_json": orjson.dumps(artifact.meta(), option=orjson.OPT_INDENT_2).decode() if artifact else None,
         "preview": selectors.payload_preview(view) if artifact else None,
         "run_links": _run_links([artifact.origin_run_id] if artifact else []),
         "holds": ArtifactHold.objects.filter(store=store, artifact_ref=ref).select_related("placed_by", "released_by"),

@@ -10,7 +10,7 @@ from artifacts.exceptions import ArtifactIntegrity, ArtifactNotFound, InvalidWan
 from artifacts.models import ArtifactStore
 from artifacts.payloads import payload_data
 from artifacts.scopes import Scope
-from artifacts.selectors import artifact_get, artifact_list, meta_of
+from artifacts.selectors import artifact_get, artifact_list
 from footprint_site.lib.js import js_entries, js_has_property, js_own_property, js_string, js_stringify, js_trim
 
 LIVE_REF_LIST_LIMIT = 10
@@ -69,7 +69,7 @@ def _live_refs_of_kind(store: ArtifactStore, scope: Scope, kind: str) -> list[di
         for artifact in page:
             scanned += 1
             if artifact.kind == kind:
-                found.append(meta_of(artifact))
+                found.append(artifact.meta())
             if len(found) >= LIVE_REF_LIST_LIMIT or scanned >= LIVE_REF_SCAN_LIMIT:
                 return found
         cursor = None if next_cursor == cursor else next_cursor
@@ -222,7 +222,7 @@ def wants_resolve(
                 )
             )
             continue
-        meta = meta_of(artifact)
+        meta = artifact.meta()
         next_args[arg_name] = payload_data(artifact.payload_shape, body)
         wanted[arg_name] = meta
         resolved.append({"argName": arg_name, "meta": meta})

@@ -75,10 +75,10 @@ def explain(conversation: str, ref: str, key: str) -> dict:
     from django.db import connection
     from django.test import Client
 
+    from artifacts.clock import store_now_ms
     from artifacts.models import ArtifactStore
     from artifacts.scopes import Scope, scope_header
     from artifacts.selectors import HEAD_SQL
-    from artifacts.services import store_now_ms
 
     store = ArtifactStore.objects.get()  # the benchmark's only store
     params = {

@@ -211,9 +211,9 @@ def record_migrations() -> None:
 
 def ingest(raw: list[dict]) -> int:
     """Store the events through the ingest service, as POST /api/v1/events does; returns their count."""
-    from ledger.envelopes import check_events
-    from ledger.models import Project
-    from ledger.services import events_ingest
+    from ledger.ingest.envelopes import check_events
+    from ledger.ingest.services import events_ingest
+    from tenancy.models import Project
 
     receipts = events_ingest(project=Project.objects.get(slug=PROJECT), events=check_events(raw))
     if sum(r.accepted for r in receipts) != len(raw):
@@ -233,7 +233,7 @@ def seed() -> None:
     from django.contrib.auth.models import User
     from django.db import connection, connections
 
-    from ledger.services import project_get_or_create
+    from tenancy.services import project_get_or_create
 
     project_get_or_create(slug=PROJECT, name="Explorer benchmark")
     User.objects.create_superuser(USER, email="", password=None)  # signed in by force_login only
@@ -377,7 +377,7 @@ def timeline_page_size() -> int:
     """Events per timeline page, wherever the run page keeps it (the page is being reworked)."""
     import importlib
 
-    for module, name in (("ledger.selectors_run_page", "TIMELINE_PAGE"), ("ledger.views", "EVENTS_PER_PAGE")):
+    for module, name in (("ledger.explorer.run_page", "TIMELINE_PAGE"), ("ledger.explorer.views", "EVENTS_PER_PAGE")):
         with contextlib.suppress(ImportError):
             size = getattr(importlib.import_module(module), name, None)
             if isinstance(size, int):
@@ -392,7 +392,8 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
 
     try:  # the URLconf imports every app's views: mid-rework, one may not import at all
         get_resolver().url_patterns  # noqa: B018
-        from ledger import selectors, views
+        from footprint_site import pagination
+        from ledger.explorer import views
     except Exception as exc:
         sys.exit(f"NOT TIMED: the URLconf does not import ({type(exc).__name__}: {exc}); nothing can be served.")
     from ledger.models import Run
@@ -430,7 +431,7 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
         if Run.objects.get(pk=ids[runs_per_page]).run_id not in second.content.decode():
             followed = "following the first page's cursor did not lead to the 51st newest run"
     deep_before = ids[-(2 * runs_per_page)]  # the run a cursor two pages from the oldest names
-    cursor = selectors.encode_cursor(deep_before)
+    cursor = pagination.encode_cursor(deep_before)
     on_deep_page = Run.objects.get(pk=ids[-(2 * runs_per_page) + 1]).run_id
     cases["list-first"] = Case(
         "run list, first page", list_url, {}, ('class="run-row"', runs_per_page), "?cursor="
@@ -499,7 +500,7 @@ def index_for_search() -> None:
     """The worker's search index pass, run here until nothing is left (kept with the seed)."""
     from django.db import connection
 
-    from ledger.services.search import search_index_pending
+    from ledger.explorer.search import search_index_pending
 
     started, indexed = time.perf_counter(), 0
     while batch := search_index_pending(budget_seconds=60):

@@ -8,7 +8,7 @@ from ninja.errors import AuthenticationError, ValidationError
 from footprint_site.auth import AuthThrottled, ScopeMissing
 from footprint_site.responses import json_response
 from ledger.exceptions import LedgerError
-from ledger.models import AgentKey
+from tenancy.models import AgentKey
 
 api = NinjaAPI(
     title="Footprint ledger",

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from ledger.models import AgentKey, Project
-from ledger.selectors import agent_key_get_by_secret
+from tenancy.models import AgentKey, Project
+from tenancy.selectors import agent_key_get_by_secret
 
 
 class ScopeMissing(Exception):

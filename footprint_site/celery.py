@@ -1,9 +1,19 @@
 import os
 
 from celery import Celery
+from django.db import transaction
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "footprint_site.settings")
 
 app = Celery("footprint_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def task_send_on_commit(name: str, *args: object) -> None:
+    """Queue the task registered as `name` once the current transaction commits. Services name
+    the tasks they queue instead of importing them: a task module imports the services it wraps,
+    and the other way round would make a circle. A broker that is down does not undo the write
+    (robust: the failure is logged); the work stays visible as not done (an outbox row its sweep
+    retries, an integrity check shown as queued)."""
+    transaction.on_commit(lambda: app.send_task(name, args=args), robust=True)

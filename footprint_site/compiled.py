@@ -17,7 +17,13 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HOT_PATH = ("ledger/envelopes.py", "ledger/projections.py", "ledger/services/ingest.py", "footprint_site/lib/chain.py")
+HOT_PATH = (
+    "ledger/ingest/envelopes.py",
+    "ledger/ingest/projections.py",
+    "ledger/ingest/runs.py",
+    "ledger/ingest/services.py",
+    "footprint_site/lib/chain.py",
+)
 # mypyc puts what the modules share in one library, named after this; inside a package, so that
 # it imports wherever the packages do (the editable install maps packages, not the project root).
 GROUP = "ledger.compiled_hot_path"

@@ -8,6 +8,8 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.urls import reverse
 
+from ledger.otlp.views import error_response as otlp_error_response
+
 logger = logging.getLogger(__name__)
 
 # No inline scripts or styles anywhere: trace content is untrusted and must never execute.
@@ -101,9 +103,7 @@ def _refusal(request: HttpRequest, status: int, code: str, message: str) -> Http
     """What a client reads: a google.rpc.Status in its own encoding for an OpenTelemetry exporter,
     `{error, code}` for the API, the sentence for a page."""
     if request.path == reverse("otlp-traces"):
-        from ledger.otlp import error_response  # the middleware loads before the apps
-
-        return error_response(request, status, message)
+        return otlp_error_response(request, status, message)
     if is_api_request(request):
         return JsonResponse({"error": message, "code": code}, status=status)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",
+    "tenancy",
     "ledger",
     "artifacts",
 ]

@@ -5,18 +5,18 @@ from django.urls import include, path
 from footprint_site.api import api
 from footprint_site.health import healthz
 from footprint_site.sign_in import ThrottledLoginView
-from ledger import views_otlp
+from ledger.otlp import views as otlp_views
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    path("v1/traces", views_otlp.export_traces, name="otlp-traces"),
+    path("v1/traces", otlp_views.export_traces, name="otlp-traces"),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", include("ledger.urls")),
+    path("", include("ledger.explorer.urls")),
     path("", include("artifacts.urls")),
-    path("", include("ledger.urls_asks")),
-    path("", include("ledger.urls_refusals")),
-    path("", include("ledger.urls_audits")),
+    path("", include("ledger.asks.urls")),
+    path("", include("ledger.explorer.urls_refusals")),
+    path("", include("ledger.audits.urls")),
 ]

@@ -11,14 +11,23 @@ from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Schema
 from pydantic import Field, field_validator
 
+from footprint_site import pagination
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.http import body_within
 from footprint_site.lib.times import to_utc
-from footprint_site.notify import WaitsFull
 from footprint_site.responses import json_response
-from ledger import selectors, selectors_integrity, services
-from ledger.envelopes import parse_event_batch, parse_json
+from ledger.asks import selectors as ask_selectors
+from ledger.asks import services as ask_services
+from ledger.asks import waits
+from ledger.asks.waits import WaitsFull
+from ledger.audits import integrity_selectors
+from ledger.audits import selectors as audit_selectors
+from ledger.audits.services import audit_bundle_import
 from ledger.exceptions import AskInvalid, AskSuperseded, InvalidParameter
+from ledger.explorer import selectors
+from ledger.ingest import recordings
+from ledger.ingest import services as ingest_services
+from ledger.ingest.envelopes import parse_event_batch, parse_json
 from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,
@@ -31,7 +40,6 @@ from ledger.schemas import (
     RunOut,
     VerifyOut,
 )
-from ledger.services.audits import audit_bundle_import
 
 router = Router(tags=["ledger"])
 ERRORS = {
@@ -65,7 +73,7 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
         max_events=settings.FOOTPRINT_MAX_EVENTS_PER_REQUEST,
     )
     key = agent_key_of(request)
-    receipts = services.events_ingest(project=key.project, events=events, key=key)
+    receipts = ingest_services.events_ingest(project=key.project, events=events, key=key)
     return json_response({"runs": [r.as_json() for r in receipts]})
 
 
@@ -78,7 +86,7 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
 def ingest_recording(request: HttpRequest) -> HttpResponse:
     """Store an agentfootprint.recording.v1 envelope; 201 the first time, 200 when already stored."""
     key = agent_key_of(request)
-    receipt, created = services.recording_ingest(
+    receipt, created = recordings.recording_ingest(
         project=key.project, body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES), key=key
     )
     return json_response({"run": receipt.as_json(), "stored": created}, status=201 if created else 200)
@@ -151,11 +159,11 @@ def list_runs(request: HttpRequest, query: Query[RunQuery]) -> HttpResponse:
         text=query.q,
     )
     runs = selectors.run_list(
-        projects=[project_of(request)], filters=filters, before_id=selectors.decode_cursor(query.cursor), limit=limit
+        projects=[project_of(request)], filters=filters, before_id=pagination.decode_cursor(query.cursor), limit=limit
     )
     page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs[:limit]]}
     if len(runs) > limit:
-        page["nextCursor"] = selectors.encode_cursor(runs[limit - 1].pk)
+        page["nextCursor"] = pagination.encode_cursor(runs[limit - 1].pk)
     return json_response(page)
 
 
@@ -181,7 +189,7 @@ def list_run_events(request: HttpRequest, run_id: str, after_seq: int = -1, limi
 def verify_run(request: HttpRequest, run_id: str) -> HttpResponse:
     """Re-check the run's hash chain; names the first record whose stored content no longer matches."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return json_response(selectors_integrity.run_chain_verify(run=run).as_json())
+    return json_response(integrity_selectors.run_chain_verify(run=run).as_json())
 
 
 # --- asks ----------------------------------------------------------------------------------------
@@ -265,7 +273,7 @@ def open_ask(request: HttpRequest) -> HttpResponse:
     if unknown:
         raise AskInvalid(f"Unknown fields: {', '.join(sorted(unknown))}.")
     checkpoint = document.get("checkpoint")
-    ask, created = services.ask_open(
+    ask, created = ask_services.ask_open(
         project=project_of(request),
         key=agent_key_of(request),
         run_id=document["runId"],
@@ -294,20 +302,20 @@ def list_asks(request: HttpRequest, query: Query[AskQuery]) -> HttpResponse:
     key) or an agent; `status=open` lists those waiting for a decision, as the inbox does. Pass
     `nextCursor` back as `cursor` for the next page. No checkpoint is ever listed."""
     limit = max(1, min(query.limit, 200))
-    filters = selectors.AskFilter(status=query.status, run_id=query.run, session_id=query.session, kind=query.kind)
-    asks = selectors.ask_list(
-        project=project_of(request), filters=filters, before_id=selectors.decode_cursor(query.cursor), limit=limit
+    filters = ask_selectors.AskFilter(status=query.status, run_id=query.run, session_id=query.session, kind=query.kind)
+    asks = ask_selectors.ask_list(
+        project=project_of(request), filters=filters, before_id=pagination.decode_cursor(query.cursor), limit=limit
     )
     page: dict[str, Any] = {"asks": [ask_as_json(ask) for ask in asks[:limit]]}
     if len(asks) > limit:
-        page["nextCursor"] = selectors.encode_cursor(asks[limit - 1].pk)
+        page["nextCursor"] = pagination.encode_cursor(asks[limit - 1].pk)
     return json_response(page)
 
 
 @router.get("/asks/{ask_id}", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks", "decide"))
 def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     """The ask; its checkpoint is included only for the key that posted it."""
-    ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
+    ask = ask_selectors.ask_get(project=project_of(request), ask_id=ask_id)
     mine = ask.posted_by_key_id is not None and ask.posted_by_key_id == agent_key_of(request).pk
     return json_response({"ask": ask_as_json(ask, with_checkpoint=mine)})
 
@@ -326,9 +334,9 @@ def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> Htt
     Retry-After): ask again after that long."""
     if not math.isfinite(wait):
         raise InvalidParameter("wait must be a number of seconds from 0 to 55.")
-    ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
+    ask = ask_selectors.ask_get(project=project_of(request), ask_id=ask_id)
     try:
-        ask = selectors.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, selectors.ASK_WAIT_MAX_SECONDS)))
+        ask = waits.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, waits.ASK_WAIT_MAX_SECONDS)))
     except WaitsFull:  # every thread this process may hold waits: ask again shortly
         response = json_response({"status": "open", "retryAfterMs": WAITS_FULL_RETRY_MS})
         response["Retry-After"] = str(WAITS_FULL_RETRY_MS // 1000)
@@ -348,7 +356,7 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     `by` names who decided. 409 once decided; 403 for the key that opened the ask.
     """
     document = parse_json(body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES))
-    ask = selectors.ask_get(project=project_of(request), ask_id=ask_id)
+    ask = ask_selectors.ask_get(project=project_of(request), ask_id=ask_id)
     if not isinstance(document, dict) or not isinstance(document.get("by"), str) or not document["by"].strip():
         raise AskInvalid("The body is {approved, by, note?, value?}; `by` names who decided.")
     unknown = document.keys() - DECISION_KEYS
@@ -360,14 +368,14 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     note = document.get("note")
     if note is not None and not isinstance(note, str):
         raise AskInvalid("note must be a string.")
-    ask = services.ask_decide(
+    ask = ask_services.ask_decide(
         ask_id=ask.pk,
         approved=approved,
         via=Ask.Via.API,
         by_label=document["by"].strip(),
         key=agent_key_of(request),
         note=note,
-        value=document.get("value", services.NO_VALUE),
+        value=document.get("value", ask_services.NO_VALUE),
     )
     return json_response({"status": "decided", "decision": ask.decision()})
 
@@ -393,4 +401,4 @@ def import_audit_bundle(request: HttpRequest) -> HttpResponse:
 def export_audit_bundle(request: HttpRequest, run_id: str) -> HttpResponse:
     """The run's ledger as an agentfootprint.audit/1 bundle that verifyAuditBundle accepts."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return json_response(selectors.run_audit_bundle(run=run))
+    return json_response(audit_selectors.run_audit_bundle(run=run))

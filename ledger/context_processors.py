@@ -1,7 +1,7 @@
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from ledger.selectors import INBOX_COUNT_CAP, inbox_count
+from ledger.asks.selectors import INBOX_COUNT_CAP, inbox_count
 
 
 def inbox(request: HttpRequest) -> dict[str, object]:

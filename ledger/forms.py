@@ -4,10 +4,11 @@ from typing import Any
 from django import forms
 
 from footprint_site.lib.times import to_utc
-from ledger.envelopes import parse_json
 from ledger.exceptions import MalformedBody
-from ledger.models import Project, Run
-from ledger.selectors import MAX_SEARCH_CHARS, RunFilter
+from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
+from ledger.ingest.envelopes import parse_json
+from ledger.models import Run
+from tenancy.models import Project
 
 
 class DecisionForm(forms.Form):

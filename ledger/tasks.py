@@ -5,7 +5,10 @@ import contextlib
 from celery import shared_task
 from django.db import connection
 
-from ledger.services import asks, integrity, search, webhooks
+from ledger.asks import services as asks
+from ledger.asks import webhooks
+from ledger.audits import integrity
+from ledger.explorer import search
 
 
 @shared_task

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ledger.models import AGENT_SCOPES, AgentKey, Membership, Project
-from ledger.services import agent_key_create, membership_grant, project_get_or_create
+from tenancy.models import AGENT_SCOPES, AgentKey, Membership, Project
+from tenancy.services import agent_key_create, membership_grant, project_get_or_create
 
 DATA = Path(__file__).parent / "data"
 
@@ -152,6 +152,6 @@ def _stop_decision_listener(django_db_setup: None, django_db_blocker: Any) -> An
     """The long-poll's LISTEN connection must close before pytest drops the test database
     (depending on django_db_setup makes this teardown run first)."""
     yield
-    from footprint_site.notify import ask_decisions
+    from ledger.asks.waits import ask_decisions
 
     ask_decisions.stop()

@@ -30,8 +30,9 @@ from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 
 from artifacts.models import ArtifactHold, ArtifactStore
 from artifacts.scopes import scope_header
-from ledger.models import AgentKey, Ask, AuditBundle, Membership, Project, Refusal
-from ledger.services import agent_key_create
+from ledger.models import Ask, AuditBundle, Refusal
+from tenancy.models import AgentKey, Membership, Project
+from tenancy.services import agent_key_create
 from tests.conftest import load_fixture, numbered_per_run, person
 
 # One alphanumeric token (so HTML and JSON escaping leave it whole) that only globex's data holds.

@@ -32,12 +32,13 @@ def test_a_copy_built_after_its_source_is_current(tmp_path: Path) -> None:
 def test_a_copy_older_than_its_source_stops_the_server_with_what_to_do(tmp_path: Path) -> None:
     copy = _module_with_copy(tmp_path, HOT_PATH[1], copy_age=-5)
     assert stale_copies(tmp_path) == [copy]
-    with pytest.raises(ImproperlyConfigured, match=r"ledger/projections\..*compiled before its source.*make install"):
+    stale = r"ledger/ingest/projections\..*compiled before its source.*make install"
+    with pytest.raises(ImproperlyConfigured, match=stale):
         refuse_stale_copies(tmp_path)
 
 
 def test_no_copies_is_the_plain_source(tmp_path: Path) -> None:
-    (tmp_path / "ledger").mkdir()
+    (tmp_path / HOT_PATH[0]).parent.mkdir(parents=True)
     (tmp_path / HOT_PATH[0]).write_text("VALUE = 1\n")
     assert stale_copies(tmp_path) == []
 
@@ -46,12 +47,19 @@ def test_what_runs_is_what_was_compiled() -> None:
     # Compiled (make install found a C compiler): every hot-path module imports as its compiled
     # copy, the shared library included. Not compiled: every one imports as its source.
     import footprint_site.lib.chain
-    import ledger.envelopes
-    import ledger.projections
-    import ledger.services.ingest
+    import ledger.ingest.envelopes
+    import ledger.ingest.projections
+    import ledger.ingest.runs
+    import ledger.ingest.services
     from footprint_site.compiled import is_compiled
 
-    modules = (ledger.envelopes, ledger.projections, ledger.services.ingest, footprint_site.lib.chain)
+    modules = (
+        ledger.ingest.envelopes,
+        ledger.ingest.projections,
+        ledger.ingest.runs,
+        ledger.ingest.services,
+        footprint_site.lib.chain,
+    )
     assert len(modules) == len(HOT_PATH)
     compiled = [Path(module.__file__ or "").suffix != ".py" for module in modules]
     assert compiled == [is_compiled()] * len(HOT_PATH)

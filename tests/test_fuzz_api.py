@@ -26,9 +26,9 @@ from schemathesis.schemas import BaseSchema
 
 from artifacts.scopes import scope_header
 from footprint_site.wsgi import application
-from ledger import selectors
-from ledger.models import AGENT_SCOPES, AgentKey
-from ledger.services import agent_key_create, project_get_or_create
+from ledger.asks import waits
+from tenancy.models import AGENT_SCOPES, AgentKey
+from tenancy.services import agent_key_create, project_get_or_create
 from tests.conftest import DATA, ApiClient, fixture_events, load_fixture
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10"))
@@ -153,7 +153,7 @@ def keyless_schema(seed: Seed) -> BaseSchema:
 @pytest.fixture(autouse=True)
 def _short_ask_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fuzzed `wait` on a real open ask would hold its request for up to 55 s."""
-    monkeypatch.setattr(selectors, "ASK_WAIT_MAX_SECONDS", 0.05)
+    monkeypatch.setattr(waits, "ASK_WAIT_MAX_SECONDS", 0.05)
 
 
 @pytest.fixture(autouse=True)

@@ -85,7 +85,8 @@ from artifacts.models import Artifact, ArtifactHold, ArtifactStore
 from artifacts.scopes import Scope, scope_header
 from artifacts.services import PutInput, artifact_hold_place, artifact_put, store_for_project
 from footprint_site import auth
-from ledger.models import Membership, OtlpSpan, RunEvent
+from ledger.models import OtlpSpan, RunEvent
+from tenancy.models import Membership
 from tests.conftest import DATA, ApiClient, load_fixture, person
 
 pytestmark = pytest.mark.django_db

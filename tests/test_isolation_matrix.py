@@ -47,8 +47,8 @@ from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from footprint_site.api import api
-from ledger.models import AgentKey, Membership
-from ledger.services import agent_key_create, project_get_or_create
+from tenancy.models import AgentKey, Membership
+from tenancy.services import agent_key_create, project_get_or_create
 from tests.conftest import DATA, load_fixture
 from tests.isolation_cases import (
     ANONYMOUS,

@@ -16,7 +16,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from ledger.models import AgentKey, Ask, Project, Run, WebhookEndpoint
+from ledger.models import Ask, Run, WebhookEndpoint
+from tenancy.models import AgentKey, Project
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from django.core.handlers import wsgi
 
-from ledger.models import Project
-from ledger.services import agent_key_create
+from tenancy.models import Project
+from tenancy.services import agent_key_create
 
 
 @pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/docs"])

@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from artifacts.models import Artifact
 from artifacts.scopes import scope_header
-from ledger.models import Ask, AuditBundle, Project
-from ledger.services import ask_open, asks_apply_deadlines
+from ledger.asks.services import ask_open, asks_apply_deadlines
+from ledger.models import Ask, AuditBundle
+from tenancy.models import Project
 from tests.conftest import ApiClient, load_fixture, person
 
 pytestmark = pytest.mark.django_db

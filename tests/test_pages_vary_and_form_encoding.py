@@ -4,8 +4,9 @@ UTF-8 (urlencoded or multipart) is refused."""
 import pytest
 from django.test import Client
 
-from ledger.models import Ask, Project
-from ledger.services import ask_open
+from ledger.asks.services import ask_open
+from ledger.models import Ask
+from tenancy.models import Project
 from tests.conftest import ApiClient, fixture_events
 
 pytestmark = pytest.mark.django_db

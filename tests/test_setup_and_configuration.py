@@ -167,6 +167,9 @@ def _runtime_closure(requirements: list[str]) -> set[str]:
     return {key.split("[")[0] for key in seen}
 
 
+PROJECT_PACKAGES = ("footprint_site", "tenancy", "ledger", "artifacts")
+
+
 def test_pyproject_dependencies_provide_every_module_the_server_imports() -> None:
     """`pip install .` installs [project.dependencies] only. settings.py imports django_stubs_ext
     at start-up, which only the dev extra's django-stubs brings: without it the server cannot start."""
@@ -175,7 +178,7 @@ def test_pyproject_dependencies_provide_every_module_the_server_imports() -> Non
     providers = packages_distributions()
 
     unprovided = {}
-    for package in ("footprint_site", "ledger", "artifacts"):
+    for package in PROJECT_PACKAGES:
         for source in (ROOT / package).rglob("*.py"):
             for node in ast.parse(source.read_text()).body:  # module level: run when imported
                 names = []
@@ -185,7 +188,7 @@ def test_pyproject_dependencies_provide_every_module_the_server_imports() -> Non
                     names = [node.module]
                 for name in names:
                     top = name.split(".")[0]
-                    if top in sys.stdlib_module_names or top in ("footprint_site", "ledger", "artifacts"):
+                    if top in sys.stdlib_module_names or top in PROJECT_PACKAGES:
                         continue
                     dists = {canonicalize_name(d) for d in providers.get(top, [])}
                     if not dists & installed:

@@ -32,7 +32,7 @@ from artifacts import partitions
 from artifacts.models import Artifact, ArtifactStore
 from artifacts.refs import mint_ref
 from artifacts.scopes import Scope, scope_from_json, scope_header
-from ledger.models import Project
+from tenancy.models import Project
 
 API = "/api/v1/artifacts"
 RESOLVE = "/api/v1/wants:resolve"  # the spec's /af/v1/wants:resolve

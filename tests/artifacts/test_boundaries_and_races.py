@@ -14,7 +14,7 @@ agentfootprint-artifacts.md).
   payloads mint the fixture's digests; a list walk survives deletes and expiry between pages.
 
 The clock: the store's clock is `time.time()` plus the store's test offset. Tests that need an exact
-boundary freeze `time.time` as the services module sees it (`frozen_clock`); nothing else is mocked.
+boundary freeze `time.time` as the store clock and the services see it (`frozen_clock`); nothing else is mocked.
 """
 
 import base64
@@ -31,6 +31,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test import Client
 
+from artifacts import clock as clock_module
 from artifacts import services
 from artifacts.models import Artifact, ArtifactHold, ArtifactStore
 from artifacts.partitions import FAR_BUCKET
@@ -63,7 +64,8 @@ def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Freeze the store clock at FROZEN_MS (plus each store's test offset); `clock["ms"]` moves it."""
     clock = {"ms": FROZEN_MS}
     fake = types.SimpleNamespace(time=lambda: clock["ms"] / 1000, monotonic=time.monotonic)
-    monkeypatch.setattr(services, "time", fake)
+    monkeypatch.setattr(clock_module, "time", fake)  # the store clock
+    monkeypatch.setattr(services, "time", fake)  # the sweep's own readings
     return clock
 
 

@@ -9,8 +9,8 @@ from django.test import Client
 from artifacts.models import Artifact, ArtifactHold, ArtifactStore
 from artifacts.scopes import Scope
 from artifacts.services import PutInput, artifact_put, store_for_project
-from ledger.models import Membership
-from ledger.services import membership_grant
+from tenancy.models import Membership
+from tenancy.services import membership_grant
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ledger.models import AgentKey, Project
-from ledger.services import agent_key_create
+from tenancy.models import AgentKey, Project
+from tenancy.services import agent_key_create
 
 CLIENT_SOURCE = Path(__file__).resolve().parent.parent.parent / "clients" / "python"
 if str(CLIENT_SOURCE) not in sys.path:

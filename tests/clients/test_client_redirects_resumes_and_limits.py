@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from footprint_client import FootprintError
 
-from ledger.models import Project
-from ledger.services import agent_key_create
+from tenancy.models import Project
+from tenancy.services import agent_key_create
 
 # The client package is put on sys.path by tests/clients/conftest.py, which also gives the fixtures.
 from tests.clients.conftest import Client, client, secret  # noqa: F401

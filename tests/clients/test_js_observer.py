@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ledger.services import agent_key_create, project_get_or_create
+from tenancy.services import agent_key_create, project_get_or_create
 
 # The Node process reaches the live server over HTTP, outside this test's transaction: the rows
 # must really be committed, so the database is truncated afterwards instead of rolled back.

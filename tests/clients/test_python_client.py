@@ -20,8 +20,9 @@ from footprint_client import Client, EventSender, FootprintError, Receipt  # on 
 
 from artifacts.scopes import Scope
 from artifacts.services import artifact_corrupt, store_for_project
-from ledger.models import Ask, Project, Run, RunEvent
-from ledger.services import ask_decide
+from ledger.asks.services import ask_decide
+from ledger.models import Ask, Run, RunEvent
+from tenancy.models import Project
 from tests.clients.conftest import SCOPE
 from tests.conftest import fixture_events, load_fixture
 from tests.servers import Gunicorn, free_port

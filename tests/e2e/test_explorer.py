@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from ledger.models import Membership, Project, Run, RunEvent
-from ledger.services import agent_key_create
+from ledger.models import Run, RunEvent
+from tenancy.models import Membership, Project
+from tenancy.services import agent_key_create
 from tests.conftest import DATA, fixture_events, person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

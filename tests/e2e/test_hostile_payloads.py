@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import pytest
 
-from ledger.models import Membership, Project
+from tenancy.models import Membership, Project
 from tests.conftest import person
 from tests.e2e.test_explorer import api, sign_in
 
@@ -246,7 +246,7 @@ def hostile_events() -> list[dict[str, Any]]:
 @pytest.fixture
 def hostile(live_server: Any, project: Project, django_user_model: Any) -> dict[str, Any]:
     """The hostile run, its ask and two artifacts, sent over HTTP by an agent; `ada` administers acme."""
-    from ledger.services import agent_key_create
+    from tenancy.services import agent_key_create
 
     person(django_user_model, "ada", project, Membership.Role.ADMIN)
     base = live_server.url

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from ledger.models import Ask, Membership, Project, RunEvent
-from ledger.services import agent_key_create
+from ledger.models import Ask, RunEvent
+from tenancy.models import Membership, Project
+from tenancy.services import agent_key_create
 from tests.conftest import person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -559,8 +559,9 @@ SEED = """
 import json
 from django.contrib.auth.models import User
 from artifacts.services import store_for_project
-from ledger.models import AgentKey, Membership, WebhookEndpoint
-from ledger.services import agent_key_create, membership_grant, project_get_or_create
+from tenancy.models import AgentKey, Membership
+from ledger.models import WebhookEndpoint
+from tenancy.services import agent_key_create, membership_grant, project_get_or_create
 
 seed = {}
 for slug in ("faults", "bulk"):

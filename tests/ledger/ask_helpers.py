@@ -9,8 +9,8 @@ from typing import Any
 
 from django.db import connection, connections
 
-from ledger.models import AgentKey, Project
-from ledger.services import agent_key_create
+from tenancy.models import AgentKey, Project
+from tenancy.services import agent_key_create
 from tests.conftest import ApiClient, load_fixture
 
 ASKS = "/api/v1/asks"

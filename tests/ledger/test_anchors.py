@@ -11,10 +11,10 @@ import pytest
 from django.db import connection
 
 from footprint_site.lib.chain import link_hash
-from ledger import anchors, selectors_integrity
+from ledger.audits import anchors, integrity_selectors
+from ledger.audits.integrity import chain_anchors_write, integrity_check_request
+from ledger.audits.integrity_selectors import run_chain_verify
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run, RunEvent
-from ledger.selectors_integrity import run_chain_verify
-from ledger.services.integrity import chain_anchors_write, integrity_check_request
 from tests.conftest import fixture_events
 
 pytestmark = pytest.mark.django_db
@@ -88,13 +88,13 @@ def test_anchors_cover_only_what_grew_and_chain_to_each_other(run, agent_client)
     assert second.number == 2
     assert bytes(second.prev_digest) == bytes(first.digest)
     assert second.run_count == 1  # only the new run grew
-    assert all(selectors_integrity.anchor_signature_problem(a) is None for a in (first, second))
+    assert all(integrity_selectors.anchor_signature_problem(a) is None for a in (first, second))
 
 
 def test_an_anchor_signed_with_another_key_does_not_hold(run, settings):
     chain_anchors_write()
     settings.FOOTPRINT_ANCHOR_KEY = "another key"
-    assert selectors_integrity.anchor_signature_problem(ChainAnchor.objects.get())
+    assert integrity_selectors.anchor_signature_problem(ChainAnchor.objects.get())
 
 
 RUN_E = "run-1796043015109-1"  # e-tool-effects: 222 events
@@ -112,10 +112,10 @@ def test_heads_rewritten_into_one_with_the_same_tab_separated_text_break_the_sig
     Run.objects.create(project=project, run_id=merged, chain_length=head_e.chain_length)
     run.delete()
 
-    assert selectors_integrity.anchor_signature_problem(head_e.anchor) == (
+    assert integrity_selectors.anchor_signature_problem(head_e.anchor) == (
         "no longer matches its signature: the anchors were edited"
     )
-    assert not selectors_integrity.project_anchors_audit(project=project).valid
+    assert not integrity_selectors.project_anchors_audit(project=project).valid
 
 
 def test_an_anchor_signed_in_format_1_still_holds_unless_a_run_id_makes_its_text_ambiguous(run, project):
@@ -128,7 +128,7 @@ def test_an_anchor_signed_in_format_1_still_holds_unless_a_run_id_makes_its_text
         run_count=1, digest_format=1,
     )  # fmt: skip
     AnchoredHead.objects.create(anchor=anchor, project=project, run_id=RUN_ID, chain_length=76, head_hash=heads[0][2])
-    assert selectors_integrity.anchor_signature_problem(anchor) is None
+    assert integrity_selectors.anchor_signature_problem(anchor) is None
     assert run_chain_verify(run=run).valid
 
     tabbed = [("a\tb", 1, bytes(32))]
@@ -140,7 +140,7 @@ def test_an_anchor_signed_in_format_1_still_holds_unless_a_run_id_makes_its_text
         run_count=1, digest_format=1,
     )  # fmt: skip
     AnchoredHead.objects.create(anchor=anchor, project=project, run_id="a\tb", chain_length=1, head_hash=bytes(32))
-    assert selectors_integrity.anchor_signature_problem(anchor).startswith("cannot vouch for its heads")
+    assert integrity_selectors.anchor_signature_problem(anchor).startswith("cannot vouch for its heads")
 
 
 def test_a_record_added_past_the_head_without_touching_the_run_row_is_named(run):
@@ -166,7 +166,7 @@ def test_a_record_added_past_the_head_without_touching_the_run_row_is_named(run)
 
 
 def test_the_walk_reports_progress_chunk_by_chunk(run, monkeypatch):
-    monkeypatch.setattr(selectors_integrity, "WALK_CHUNK", 20)
+    monkeypatch.setattr(integrity_selectors, "WALK_CHUNK", 20)
     seen: list[int] = []
     assert run_chain_verify(run=run, progress=seen.append).valid
     assert seen == [20, 40, 60, 76]
@@ -192,7 +192,7 @@ def test_the_project_audit_finds_a_removed_anchor(run, agent_client):
     assert agent_client.ingest(fixture_events("e-tool-effects/events.json")).status_code == 200
     chain_anchors_write()
     ChainAnchor.objects.filter(number=1).delete()
-    audit = selectors_integrity.project_anchors_audit(project=run.project)
+    audit = integrity_selectors.project_anchors_audit(project=run.project)
     assert audit.problems[0] == "anchor 1 is missing: the next one stored is anchor 2"
 
 

@@ -14,8 +14,10 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from ledger.models import AGENT_SCOPES, AgentKey, Ask, Membership, Project, RunEvent
-from ledger.services import agent_key_create, ask_open, asks_apply_deadlines, membership_grant
+from ledger.asks.services import ask_open, asks_apply_deadlines
+from ledger.models import Ask, RunEvent
+from tenancy.models import AGENT_SCOPES, AgentKey, Membership, Project
+from tenancy.services import agent_key_create, membership_grant
 from tests.conftest import ApiClient, load_fixture, numbered_per_run
 from tests.ledger.ask_helpers import (
     ASKS,

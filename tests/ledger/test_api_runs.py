@@ -306,7 +306,7 @@ def test_auth_key_without_read_scope_is_403_on_reads(ingest_only_client, path):
 
 
 def test_auth_key_without_ingest_scope_is_403_on_ingest(project):
-    from ledger.services import agent_key_create
+    from tenancy.services import agent_key_create
     from tests.conftest import ApiClient
 
     client = ApiClient(agent_key_create(project=project, scopes=["read"])[1])

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ledger.models import Ask, Project, RunEvent
+from ledger.models import Ask, RunEvent
+from tenancy.models import Project
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import ASKS, b_body, open_ask, plain_body, sibling
 

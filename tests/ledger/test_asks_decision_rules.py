@@ -2,7 +2,8 @@
 
 import pytest
 
-from ledger.models import AgentKey, Ask, Project, RunEvent
+from ledger.models import Ask, RunEvent
+from tenancy.models import AgentKey, Project
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import b_body, decide, open_ask, plain_body, sibling
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from ledger.models import Ask, Project, Run
-from ledger.services import agent_key_create
-from ledger.services import ask_open as service_ask_open
+from ledger.asks.services import ask_open as service_ask_open
+from ledger.models import Ask, Run
+from tenancy.models import Project
+from tenancy.services import agent_key_create
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import in_thread, secret_of, waiting_on_locks
 

@@ -10,8 +10,9 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test import Client
 
-from ledger.models import Ask, Project, Run, RunEvent
-from ledger.services import ask_open as service_ask_open
+from ledger.asks.services import ask_open as service_ask_open
+from ledger.models import Ask, Run, RunEvent
+from tenancy.models import Project
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import ASKS, b_body, decide, open_ask, plain_body, refused, secret_of
 

@@ -14,8 +14,10 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from ledger.models import Ask, Membership, Project, RunEvent
-from ledger.services import agent_key_create, ask_open, asks_apply_deadlines
+from ledger.asks.services import ask_open, asks_apply_deadlines
+from ledger.models import Ask, RunEvent
+from tenancy.models import Membership, Project
+from tenancy.services import agent_key_create
 from tests.conftest import ApiClient, load_fixture, person
 from tests.ledger.ask_helpers import in_thread
 

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from footprint_site.lib.cjson import canonical
-from ledger.audit import build_bundle, record_hash, verify_bundles
+from ledger.audits.selectors import audit_bundle_stored_verdict
+from ledger.audits.verify import build_bundle, record_hash, verify_bundles
 from ledger.models import AuditBundle
-from ledger.selectors_audits import audit_bundle_stored_verdict
 from tests.conftest import DATA, fixture_events, load_fixture
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 
-from ledger.audit import ZERO_HASH, build_bundle, verify_bundles
+from ledger.audits.verify import ZERO_HASH, build_bundle, verify_bundles
 from ledger.models import AuditBundle, MiddlewareDecision, OtlpSpan, Recording, Refusal, Run, RunEvent
 from tests.conftest import DATA, fixture_events, load_fixture, person
 

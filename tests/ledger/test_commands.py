@@ -11,9 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from ledger import selectors
 from ledger.exceptions import RunNotFound
-from ledger.models import AgentKey, Ask, Membership, Project, Recording, Run, RunEvent
+from ledger.explorer import selectors
+from ledger.models import Ask, Recording, Run, RunEvent
+from tenancy.models import AgentKey, Membership, Project
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db

@@ -3,8 +3,10 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger.models import Ask, Membership, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from ledger.services import ask_decide, ask_open, membership_grant
+from ledger.asks.services import ask_decide, ask_open
+from ledger.models import Ask, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tenancy.models import Membership
+from tenancy.services import membership_grant
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,8 @@ from collections import defaultdict
 import pytest
 from django.db import connection
 
+from ledger.audits.integrity_selectors import run_chain_verify
 from ledger.models import Run, RunEvent
-from ledger.selectors_integrity import run_chain_verify
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ def _event(run_id: str, seq: int) -> dict:
 
 
 def test_concurrent_overlapping_batches_store_exactly_the_union(project):
-    from ledger.services import agent_key_create
+    from tenancy.services import agent_key_create
 
     secret = agent_key_create(project=project, scopes=["ingest"])[1]
     rng = random.Random(7)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from ledger.audits.integrity_selectors import run_chain_verify
 from ledger.models import Ask, Run, RunEvent
-from ledger.selectors_integrity import run_chain_verify
-from ledger.services import agent_key_create
+from tenancy.services import agent_key_create
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ledger.models import Ask, Project, Refusal, Run
+from ledger.models import Ask, Refusal, Run
+from tenancy.models import Project
 from tests.conftest import DATA, ApiClient, fixture_events
 from tests.ledger.test_views_refusals import _html, _ingest
 
@@ -219,7 +220,7 @@ def test_refusal_page_dispatch_includes_the_calls_artifact_events(
 
 def test_multi_word_search_finds_the_same_runs_before_and_after_indexing(agent_client: ApiClient) -> None:
     """A search gives the same runs before and after the worker indexes: every word, anywhere in the run."""
-    from ledger.services.search import search_index_pending
+    from ledger.explorer.search import search_index_pending
 
     _ingest(
         agent_client,

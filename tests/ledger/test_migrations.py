@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ledger import anchors, selectors_integrity
+from ledger.audits import anchors, integrity_selectors
 from ledger.models import Ask, ChainAnchor, Run, RunEvent
 from tests.conftest import fixture_events
 
@@ -177,7 +177,7 @@ def test_anchors_signed_before_the_digest_format_keep_format_1_and_still_hold(ag
         _migrate()
     anchor = ChainAnchor.objects.get()
     assert anchor.digest_format == 1
-    assert selectors_integrity.anchor_signature_problem(anchor) is None
+    assert integrity_selectors.anchor_signature_problem(anchor) is None
 
 
 @pytest.mark.django_db(transaction=True)

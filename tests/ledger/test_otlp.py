@@ -16,8 +16,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from ledger.models import OtlpSpan, Refusal, Run, RunEvent, ToolCall
-from ledger.otlp import decode_spans, span_events
-from ledger.services import agent_key_create
+from ledger.otlp.wire import decode_spans, span_events
+from tenancy.services import agent_key_create
 from tests.conftest import DATA, ApiClient, load_fixture
 
 pytestmark = pytest.mark.django_db
@@ -598,10 +598,10 @@ def test_an_exporters_retry_of_a_span_holding_a_large_double_is_the_same_span(ag
 
 
 def _tree_leaves(run: Run) -> dict[str, tuple[int, int]]:
-    """The run page's tree (selectors_run_page.run_tree): {leaf label: (events, tool calls)}."""
+    """The run page's tree (ledger.explorer.run_page.run_tree): {leaf label: (events, tool calls)}."""
     from django.core.cache import cache
 
-    from ledger.selectors_run_page import run_tree
+    from ledger.explorer.run_page import run_tree
 
     cache.clear()
     leaves: dict[str, tuple[int, int]] = {}

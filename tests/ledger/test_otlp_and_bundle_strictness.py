@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from ledger.audit import ZERO_HASH, build_bundle, record_hash, verify_bundles
+from ledger.audits.verify import ZERO_HASH, build_bundle, record_hash, verify_bundles
 from ledger.models import OtlpSpan, Run, RunEvent
 from tests.conftest import DATA, load_fixture
 
@@ -124,8 +124,8 @@ def test_native_events_may_not_name_a_run_otlp_and_write_nothing(agent_client):
 
 def test_otlp_spans_of_a_trace_whose_run_native_events_took_earlier_get_a_409_not_a_500(agent_client, project):
     """Stored before the `otlp-` rule: the trace's numbering collides with the native seqs."""
-    from ledger.envelopes import check_events
-    from ledger.services import events_ingest
+    from ledger.ingest.envelopes import check_events
+    from ledger.ingest.services import events_ingest
 
     native = {"seq": 0, "type": "agentfootprint.agent.turn_start", "payload": {}, "meta": {"runId": f"otlp-{TRACE_ID}"}}
     events_ingest(project=project, events=check_events([native], from_otlp=True))

@@ -13,8 +13,8 @@ import pytest
 from django.db import OperationalError
 
 from ledger.models import OtlpSpan, RunEvent
-from ledger.otlp import RpcStatus
-from ledger.services import agent_key_create
+from ledger.otlp.wire import RpcStatus
+from tenancy.services import agent_key_create
 from tests.conftest import DATA
 from tests.ledger.test_otlp import URL, _protobuf
 from tests.servers import Gunicorn
@@ -122,7 +122,7 @@ def test_an_unreachable_database_is_a_503_status_in_the_exporters_encoding(agent
     def unavailable(**_: Any) -> None:
         raise OperationalError("connection to server at 127.0.0.1 failed")
 
-    monkeypatch.setattr("ledger.views_otlp.otlp_ingest", unavailable)
+    monkeypatch.setattr("ledger.otlp.views.otlp_ingest", unavailable)
 
     response = _post(agent_client, _protobuf(FIXTURE), "application/x-protobuf")
 

@@ -19,11 +19,13 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger import tasks
+from ledger.asks import services as asks_service
+from ledger.asks import webhooks
+from ledger.asks.services import ask_decide, ask_open, asks_apply_deadlines
+from ledger.asks.webhooks import MAX_ATTEMPTS, WebhookFailed, webhook_deliver, webhooks_send_due
 from ledger.exceptions import AskAlreadyDecided, AskInvalid
-from ledger.models import Ask, IntegrityCheck, Project, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from ledger.services import ask_decide, ask_open, asks_apply_deadlines, webhooks
-from ledger.services import asks as asks_service
-from ledger.services.webhooks import MAX_ATTEMPTS, WebhookFailed, webhook_deliver, webhooks_send_due
+from ledger.models import Ask, IntegrityCheck, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tenancy.models import Project
 from tests.http_receiver import url_of, webhook_receiver
 
 pytestmark = pytest.mark.django_db
@@ -126,7 +128,7 @@ def test_a_refused_attempt_is_a_warning_of_the_task_and_the_last_one_an_error(
     with webhook_receiver(503) as server:
         delivery = _decided(project, url_of(server), "w-log", django_capture_on_commit_callbacks)
 
-        with caplog.at_level("WARNING", logger="ledger.services.webhooks"):
+        with caplog.at_level("WARNING", logger="ledger.asks.webhooks"):
             result = tasks.ask_deliver_webhook.apply(args=[delivery.pk])
             WebhookDelivery.objects.filter(pk=delivery.pk).update(
                 attempts=MAX_ATTEMPTS - 1, next_attempt_at=timezone.now()

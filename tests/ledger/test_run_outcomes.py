@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from ledger.models import Run
-from ledger.otlp import decode_spans, span_events
+from ledger.otlp.wire import decode_spans, span_events
 from tests.conftest import DATA, load_fixture, numbered_per_run
 
 pytestmark = pytest.mark.django_db

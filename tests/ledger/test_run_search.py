@@ -3,7 +3,7 @@
 import pytest
 from django.db.models import F
 
-from ledger.services import ask_open
+from ledger.asks.services import ask_open
 from tests.conftest import fixture_events
 
 pytestmark = pytest.mark.django_db
@@ -64,8 +64,8 @@ def test_run_list_page_keeps_filters_in_the_url_and_searches(auditor_client, run
 
 
 def test_search_finds_the_same_runs_before_and_after_the_worker_indexes(agent_client, runs):
+    from ledger.explorer.search import search_index_pending
     from ledger.models import Run, RunSearchChunk
-    from ledger.services.search import search_index_pending
 
     before = {q: _listed(agent_client, f"q={q}") for q in ("ACC-900", "track_parcel", "nothing+like+it")}
     assert search_index_pending() == sum(Run.objects.values_list("chain_length", flat=True))
@@ -76,7 +76,7 @@ def test_search_finds_the_same_runs_before_and_after_the_worker_indexes(agent_cl
 
 
 def test_events_stored_after_the_last_index_pass_are_found_too(agent_client, runs):
-    from ledger.services.search import search_index_pending
+    from ledger.explorer.search import search_index_pending
 
     search_index_pending()
     late = {
@@ -91,8 +91,8 @@ def test_events_stored_after_the_last_index_pass_are_found_too(agent_client, run
 
 def test_runs_indexed_together_are_chunked_as_each_alone(agent_client, runs, monkeypatch):
     """Runs share a transaction but never a chunk: the chunks are those of each run indexed alone."""
+    from ledger.explorer import search
     from ledger.models import Run, RunSearchChunk
-    from ledger.services import search
 
     def chunks() -> list[tuple[int, int, int, str]]:
         rows = RunSearchChunk.objects.order_by("run_id", "first_position")
@@ -114,8 +114,8 @@ def test_a_pass_finding_another_under_way_does_nothing(agent_client, runs):
     """One pass at a time: a second one (queued behind a slow pass) would index the same records."""
     from django.db import connections
 
+    from ledger.explorer.search import search_index_pending
     from ledger.models import Run
-    from ledger.services.search import search_index_pending
 
     other = connections.create_connection("default")
     try:

@@ -13,9 +13,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from ledger.models import Ask, Project, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from ledger.services import ask_decide, ask_open
-from ledger.services.webhooks import WebhookFailed, webhook_deliver, webhooks_send_due
+from ledger.asks.services import ask_decide, ask_open
+from ledger.asks.webhooks import WebhookFailed, webhook_deliver, webhooks_send_due
+from ledger.models import Ask, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tenancy.models import Project
 from tests.conftest import ApiClient
 from tests.http_receiver import serving, url_of
 
@@ -74,8 +75,8 @@ def test_search_indexer_indexes_runs_after_one_with_an_event_of_over_1mb_of_word
     agent_client: ApiClient,
 ) -> None:
     """The worker's index pass must not fail for good on one large event and starve later runs."""
+    from ledger.explorer.search import search_index_pending
     from ledger.models import Run
-    from ledger.services.search import search_index_pending
 
     assert agent_client.ingest([_event("big-run", 0, {"result": _many_distinct_words()})]).status_code == 200
     assert agent_client.ingest([_event("later-run", 0, {"text": "needle"})]).status_code == 200

@@ -13,10 +13,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.asks.services import ask_decide, ask_open, asks_apply_deadlines
+from ledger.asks.webhooks import NO_ANSWER, WebhookFailed, webhook_deliver, webhooks_send_due
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
-from ledger.models import AgentKey, Ask, Project, Run, RunEvent, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from ledger.services import agent_key_create, ask_decide, ask_open, asks_apply_deadlines
-from ledger.services.webhooks import NO_ANSWER, WebhookFailed, webhook_deliver, webhooks_send_due
+from ledger.models import Ask, Run, RunEvent, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tenancy.models import AgentKey, Project
+from tenancy.services import agent_key_create
 from tests.conftest import fixture_events, load_fixture, numbered_per_run
 from tests.http_receiver import url_of, webhook_receiver
 from tests.ledger.ask_helpers import b_body, open_ask, plain_body

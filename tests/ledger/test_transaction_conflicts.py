@@ -15,7 +15,7 @@ import pytest
 from django.db import connection, transaction
 
 from ledger.models import Ask, Run, RunEvent
-from ledger.services import agent_key_create
+from tenancy.services import agent_key_create
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import b_body, open_ask, waiting_on_locks
 

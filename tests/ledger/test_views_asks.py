@@ -10,8 +10,9 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from ledger.models import Ask, Membership, Project
-from ledger.services import ask_open
+from ledger.asks.services import ask_open
+from ledger.models import Ask
+from tenancy.models import Membership, Project
 from tests.conftest import ApiClient, load_fixture, numbered_per_run, person
 from tests.ledger.ask_helpers import ASKS, b_body
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from ledger import views_refusals
+from ledger.explorer import views_refusals
 from ledger.models import Ask, MiddlewareDecision, Refusal
 from tests.conftest import ApiClient, fixture_events
 

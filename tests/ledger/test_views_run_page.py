@@ -5,8 +5,8 @@ import re
 import pytest
 from django.db import connection
 
+from ledger.audits.integrity import integrity_check_run
 from ledger.models import IntegrityCheck, RunEvent
-from ledger.services.integrity import integrity_check_run
 from tests.conftest import fixture_events
 
 pytestmark = pytest.mark.django_db

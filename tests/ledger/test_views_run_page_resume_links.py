@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ledger import selectors_run_page
+from ledger.explorer import run_page
 from ledger.models import Run
 from tests.conftest import fixture_events
 
@@ -142,7 +142,7 @@ def test_tree_refusal_badges_add_up_to_the_runs_refusals(
     run = Run.objects.get(run_id=run_id)
     assert run.refusal_count == refusals
 
-    tree = selectors_run_page.run_tree(run=run)
+    tree = run_page.run_tree(run=run)
     html = auditor_client.get(f"/projects/acme/runs/{run_id}/tab/tree/").content.decode()
 
     assert sum(root.refusals for root in tree) == refusals

@@ -3,8 +3,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ledger.models import AGENT_SCOPES, AgentKey
-from ledger.services import agent_key_create, project_get_or_create
+from tenancy.models import AGENT_SCOPES, AgentKey
+from tenancy.services import agent_key_create, project_get_or_create
 
 
 class Command(BaseCommand):

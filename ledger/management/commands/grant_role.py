@@ -3,8 +3,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.models import Membership, Project
-from ledger.services import membership_grant
+from tenancy.models import Membership, Project
+from tenancy.services import membership_grant
 
 
 class Command(BaseCommand):

@@ -9,16 +9,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from ledger.envelopes import check_events
-from ledger.models import AGENT_SCOPES, Membership
-from ledger.selectors import agent_key_get_by_secret
-from ledger.services import (
-    agent_key_create,
-    events_ingest,
-    membership_grant,
-    project_get_or_create,
-    recording_ingest,
-)
+from ledger.ingest.envelopes import check_events
+from ledger.ingest.recordings import recording_ingest
+from ledger.ingest.services import events_ingest
+from tenancy.models import AGENT_SCOPES, Membership
+from tenancy.selectors import agent_key_get_by_secret
+from tenancy.services import agent_key_create, membership_grant, project_get_or_create
 
 DEMO = Path(__file__).resolve().parents[2] / "demo"
 

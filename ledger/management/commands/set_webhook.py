@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.models import Project
-from ledger.services.webhooks import webhook_endpoint_set, webhook_endpoint_turn_off
+from ledger.asks.webhooks import webhook_endpoint_set, webhook_endpoint_turn_off
+from tenancy.models import Project
 
 
 class Command(BaseCommand):

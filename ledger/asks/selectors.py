@@ -1,0 +1,175 @@
+"""Reads of asks: one ask for its project or for a person, the inbox, a project's asks, and the
+context a person decides on. Scoped by project membership (tenancy.selectors).
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from artifacts.models import Artifact
+from artifacts.selectors import ArtifactView, artifact_shown, artifacts_referenced, payload_preview
+from ledger.exceptions import AskNotFound
+from ledger.models import Ask, Run, RunEvent, ToolCall
+from tenancy.models import Project
+from tenancy.selectors import approver_projects, projects_for_user, role_of
+
+
+def ask_get(*, project: Project, ask_id: int) -> Ask:
+    ask = Ask.objects.filter(project=project, pk=ask_id).defer("checkpoint").first()
+    if ask is None:
+        raise AskNotFound(f"No ask {ask_id} in this project.")
+    return ask
+
+
+# Open and not past its deadline: an overdue ask waits for nobody, since only the deadline decides
+# it (`ask_decide`); the database's clock, as the deadline pass reads it.
+_WAITING_FOR_A_PERSON = Q(status=Ask.Status.OPEN) & (Q(deadline__isnull=True) | Q(deadline__gt=Now()))
+
+
+def inbox_open_asks(*, user: User | AnonymousUser, before_id: int | None = None, limit: int = 25) -> list[Ask]:
+    """Asks waiting for a decision in the user's approver projects, newest first, keyset-paged; up to
+    limit + 1 rows."""
+    # Project ids first: with a literal list the planner walks the inbox index and stops at the page.
+    project_ids = list(approver_projects(user).values_list("id", flat=True))
+    asks = Ask.objects.filter(_WAITING_FOR_A_PERSON, project_id__in=project_ids).select_related("project")
+    if before_id is not None:
+        asks = asks.filter(pk__lt=before_id)
+    return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
+
+
+@dataclass(frozen=True)
+class AskFilter:
+    # `open`: waiting for a decision, as the inbox lists them (past its deadline, an open ask is
+    # the deadline pass's to decide); `decided` and `superseded` as stored.
+    status: str | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    kind: str | None = None
+
+
+def ask_list(*, project: Project, filters: AskFilter, before_id: int | None = None, limit: int = 50) -> list[Ask]:
+    """The project's asks, newest first, keyset-paged; up to limit + 1 rows, without checkpoints."""
+    asks = Ask.objects.filter(project=project)
+    if filters.status == Ask.Status.OPEN:
+        asks = asks.filter(_WAITING_FOR_A_PERSON)
+    elif filters.status is not None:
+        asks = asks.filter(status=filters.status)
+    for field, value in (("run_id", filters.run_id), ("session_id", filters.session_id), ("kind", filters.kind)):
+        if value is not None:
+            asks = asks.filter(**{field: value})
+    if before_id is not None:
+        asks = asks.filter(pk__lt=before_id)
+    return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
+
+
+INBOX_COUNT_CAP = 100
+
+
+def inbox_count(*, user: User | AnonymousUser) -> int:
+    """Asks waiting for the user's decision, counted up to INBOX_COUNT_CAP (the badge shows "99+" beyond)."""
+    waiting = Ask.objects.filter(_WAITING_FOR_A_PERSON, project__in=approver_projects(user))
+    return waiting.values("id")[:INBOX_COUNT_CAP].count()
+
+
+def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, str]:
+    """The ask and the user's role in its project (auditors read, approvers decide), else 404."""
+    ask = (
+        Ask.objects.select_related("project", "decided_by", "superseded_by")
+        .defer("checkpoint", "superseded_by__checkpoint")
+        .filter(pk=ask_id, project__in=projects_for_user(user))
+        .first()
+    )
+    role = role_of(user=user, project=ask.project) if ask else None
+    if ask is None or role is None:
+        raise AskNotFound("No such ask.")
+    return ask, role
+
+
+REF_IN_TEXT = re.compile(r"art_[A-Za-z0-9]{22}")
+
+
+PRECEDING_STEPS = 15
+
+
+def _refs_in(value: Any) -> list[str]:
+    return sorted(set(REF_IN_TEXT.findall(orjson.dumps(value).decode()))) if value is not None else []
+
+
+MAX_PREVIEWED_REFS = 5
+
+
+ASK_PREVIEW_BYTES = 4 * 1024
+
+
+ASK_PREVIEW_MAX_PAYLOAD = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReferencedArtifact:
+    """An artifact the ask's arguments or component reference: what the person decides on. The
+    first MAX_PREVIEWED_REFS of at most ASK_PREVIEW_MAX_PAYLOAD bytes come with their payload
+    (`shown`), the rest as a link."""
+
+    artifact: Artifact
+    shown: ArtifactView | None
+
+    @property
+    def preview(self) -> dict[str, Any] | None:
+        return payload_preview(self.shown, ASK_PREVIEW_BYTES) if self.shown else None
+
+
+def ask_context(*, ask: Ask) -> dict[str, Any]:
+    """Everything a person needs to decide, gathered from the run (never the checkpoint itself)."""
+
+    run = Run.objects.filter(project=ask.project, run_id=ask.run_id).first()
+    call = (
+        ToolCall.objects.with_args_and_result().filter(run=run, tool_call_id=ask.tool_call_id).first() if run else None
+    )
+    original_args = call.args if call else None
+    args: Any = None
+    if ask.check_in and isinstance(ask.check_in.get("args"), dict):
+        args = ask.check_in["args"]
+    elif ask.checkpoint is not None:
+        # A checkpoint is opaque to the server (the framework's own fixtures carry a string): read
+        # the paused args only from the shape that has them.
+        checkpoint = orjson.loads(bytes(ask.checkpoint))
+        state = checkpoint.get("sharedState") if isinstance(checkpoint, dict) else None
+        args = state.get("pausedAskArgs") if isinstance(state, dict) else None
+    if args is None:
+        args = original_args
+    steps: list[RunEvent] = []
+    if run is not None:
+        before = call.start_seq if call and call.start_seq is not None else run.max_seq + 1
+        steps = list(
+            RunEvent.objects.filter(run=run, seq__lt=before)
+            .order_by("-seq")
+            .only("seq", "type", "body")[:PRECEDING_STEPS]
+        )[::-1]
+    component = ask.component if isinstance(ask.component, dict) else None
+    refs = sorted({*_refs_in(args), *_refs_in(component)})
+    referenced = artifacts_referenced(project=ask.project, refs=refs) if refs else []
+    # A preview is shown only once the whole payload matched its digest: reading and hashing
+    # five 16 MiB payloads on every view of the page is past what a preview is worth.
+    previewed = [a for a in referenced if a.bytes <= ASK_PREVIEW_MAX_PAYLOAD][:MAX_PREVIEWED_REFS]
+    artifacts = [ReferencedArtifact(a, artifact_shown(a) if a in previewed else None) for a in referenced]
+    history = list(
+        Ask.objects.filter(project=ask.project, tool_name=ask.tool_name, status=Ask.Status.DECIDED)
+        .exclude(pk=ask.pk)
+        .defer("checkpoint", "pause_data", "check_in")
+        .order_by("-decided_at")[:10]
+    )
+    return {
+        "run": run,
+        "args": args,
+        "original_args": original_args,
+        "args_differ": original_args is not None and args is not None and args != original_args,
+        "steps": steps,
+        "artifacts": artifacts,
+        "history": history,
+        "component": component,
+    }

@@ -1,0 +1,118 @@
+"""The ask inbox and the ask page: people decide what paused runs wait for."""
+
+from typing import Any
+
+import orjson
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from footprint_site.login_redirects import login_required_returning_to
+from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
+from footprint_site.pagination import decode_cursor, encode_cursor
+from ledger.asks import selectors as ask_selectors
+from ledger.asks import services as ask_services
+from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
+from ledger.forms import DecisionForm
+from ledger.models import Ask
+from tenancy.models import Membership
+
+ASKS_PER_PAGE = 25
+DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
+# componentId → template; anything else falls back to a readable rendering of its props.
+COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
+
+
+@require_GET
+@login_required
+@varies_with_htmx
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
+    asks = ask_selectors.inbox_open_asks(
+        user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=ASKS_PER_PAGE
+    )
+    context = {
+        "asks": asks[:ASKS_PER_PAGE],
+        "next_cursor": encode_cursor(asks[ASKS_PER_PAGE - 1].pk) if len(asks) > ASKS_PER_PAGE else None,
+        "first_page": not request.GET.get("cursor"),
+    }
+    template = "asks/inbox.html" + ("#ask-list" if wants_partial(request) else "")
+    return render(request, template, context)
+
+
+def _pretty(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | None = None) -> dict[str, Any]:
+    try:
+        ask, role = ask_selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
+    except AskNotFound:
+        raise Http404("No such ask.") from None
+    pack = ask_selectors.ask_context(ask=ask)
+    component = pack["component"]
+    component_id = component.get("componentId") if component else None
+    return {
+        "ask": ask,
+        "pack": pack,
+        # Past its deadline only the deadline decides (ask_decide): the page says what it will do.
+        "can_decide": role in DECIDERS and ask.status == Ask.Status.OPEN and not ask.is_overdue,
+        "form": form or DecisionForm(plain=ask.kind == Ask.Kind.PLAIN),
+        "detail_json": _pretty(ask.detail),
+        "args_json": _pretty(pack["args"]),
+        "original_args_json": _pretty(pack["original_args"]),
+        "decision_json": _pretty(ask.decision()),
+        # An id that is no string (the agent's to send) is an unknown component: the readable fallback.
+        "component_template": COMPONENTS.get(component_id) if isinstance(component_id, str) else None,
+        "component_json": _pretty(component),
+        "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
+        "deliveries": ask.deliveries.prefetch_related("attempt_log"),
+    }
+
+
+@require_GET
+@login_required
+def ask_detail(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
+    return render(request, "asks/ask_detail.html", _page_context(request, ask_id))
+
+
+@require_POST
+@login_required_returning_to("asks:ask-detail", "ask_id")
+def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
+    """Approve, decline or answer. `by` is the signed-in user; a second decision sees the first."""
+    try:
+        ask, role = ask_selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
+    except AskNotFound:
+        raise Http404("No such ask.") from None
+    if role not in DECIDERS:
+        return HttpResponse("Only approvers of this project may decide its asks.", status=403)
+    form = DecisionForm(request.POST, plain=ask.kind == Ask.Kind.PLAIN)
+    status = 409 if ask.status != Ask.Status.OPEN else 200
+    if status == 200 and not form.is_valid():
+        status = 422
+    elif status == 200:
+        user = signed_in_user(request)
+        data = form.cleaned_data
+        try:
+            ask_services.ask_decide(
+                ask_id=ask.pk,
+                approved=data["decision"] != "decline",
+                via=Ask.Via.PAGE,
+                by_label=user.get_username(),
+                user=user,
+                note=data["note"] or None,
+                value=data["value"] if data["decision"] == "answer" else ask_services.NO_VALUE,
+            )
+        except AskAlreadyDecided:
+            status = 409  # someone else won, or the deadline had passed: the panel shows which, and when
+        except AskInvalid as exc:
+            form.add_error(None, exc.message)
+            status = 422
+        if not wants_partial(request) and status == 200:
+            return redirect("asks:ask-detail", ask_id=ask.pk)
+    context = {**_page_context(request, ask_id, form=form if status == 422 else None), "lost": status == 409}
+    if wants_partial(request):
+        # htmx swaps only 2xx answers: the panel itself says who decided, or what to fix. The
+        # badge rides along out of band, counting the ask no more once it is decided.
+        return render(request, "asks/ask_detail.html#decision-response", context)
+    return render(request, "asks/ask_detail.html", context, status=status)

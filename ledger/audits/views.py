@@ -1,0 +1,82 @@
+"""Audit bundles in the browser: upload one to verify it, and browse the bundles stored.
+
+Any member of a project may verify a bundle against it; only its admins store what they upload
+(auditors are read-only). Another project's bundle is a 404.
+"""
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
+from footprint_site.pagination import decode_cursor, encode_cursor
+from ledger.audits import selectors
+from ledger.audits.services import audit_bundle_import
+from ledger.exceptions import LedgerError
+from ledger.forms import AuditBundleUploadForm
+from tenancy import selectors as tenancy_selectors
+from tenancy.models import Membership
+
+BUNDLES_PER_PAGE = 100
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@varies_with_htmx
+def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The stored bundles of the user's projects, a page at a time, and the upload form; a POST
+    shows its verdict. An htmx GET (the "Older bundles" link) gets only the next rows."""
+    form = AuditBundleUploadForm(
+        request.POST or None,
+        request.FILES or None,
+        projects=tenancy_selectors.projects_for_user(request.user).order_by("slug"),
+        max_bytes=settings.FOOTPRINT_MAX_RECORDING_BYTES,
+    )
+    context: dict[str, Any] = {"form": form}
+    status = 422 if request.method == "POST" else 200
+    if request.method == "POST" and form.is_valid():
+        try:
+            context.update(_verdict_of_upload(request, form.cleaned_data["project"], form.cleaned_data["bundle"]))
+            status = 200
+        except LedgerError as exc:
+            form.add_error("bundle", exc.message)
+    bundles = selectors.audit_bundles_for_user(
+        user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=BUNDLES_PER_PAGE
+    )
+    context["bundles"] = bundles[:BUNDLES_PER_PAGE]
+    has_older = len(bundles) > BUNDLES_PER_PAGE
+    context["next_cursor"] = encode_cursor(bundles[BUNDLES_PER_PAGE - 1].pk) if has_older else None
+    if request.method == "GET" and wants_partial(request):
+        return render(request, "audits/bundles.html#bundle-page", context)
+    return render(request, "audits/bundles.html", context, status=status)
+
+
+def _verdict_of_upload(request: HtmxHttpRequest, project: Any, body: bytes) -> dict[str, Any]:
+    stored = None
+    if tenancy_selectors.role_of(user=request.user, project=project) == Membership.Role.ADMIN:
+        stored, _ = audit_bundle_import(project=project, body=body)
+        verdict = stored.verdict
+    else:
+        verdict = selectors.audit_bundle_verdict(project=project, body=body).verdict
+    return {
+        "project": project,
+        "stored": stored,
+        "verdict": verdict,
+        "broken": selectors.audit_bundle_broken_record(body=body, verdict=verdict),
+    }
+
+
+@require_GET
+@login_required
+def bundle_detail(request: HtmxHttpRequest, bundle_id: int) -> HttpResponse:
+    bundle = selectors.audit_bundle_get_for_user(user=request.user, bundle_id=bundle_id)
+    if bundle is None:
+        raise Http404(f"No audit bundle {bundle_id} in your projects.")
+    verdict, edited = selectors.audit_bundle_stored_verdict(bundle=bundle)
+    broken = selectors.audit_bundle_broken_record(body=bytes(bundle.body), verdict=verdict)
+    context = {"bundle": bundle, "verdict": verdict, "broken": broken, "edited": edited}
+    return render(request, "audits/bundle_detail.html", context)

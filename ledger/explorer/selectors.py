@@ -1,0 +1,148 @@
+"""Reads. Every selector takes the project (or the user) it answers for and never leaks past it."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import connection
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from ledger.exceptions import RunNotFound
+from ledger.models import Ask, Run, RunEvent, RunSearchChunk, ToolCall
+from tenancy.models import Project
+from tenancy.selectors import projects_for_user
+
+# Full-text search: runs whose stored events hold every word, each event searched in its first
+# SEARCHED_CHARS characters. Word by word, since the worker's chunks hold up to 50 records' text:
+# "every word in one event" would change once a chunk joined two events, and "in one chunk" would
+# depend on where chunks happen to end. Two parts per word: the chunks (GIN index), and the records
+# ingested since the worker's last pass, read directly. Those are few and are found first, on
+# their own: folded into one statement, PostgreSQL could not estimate how few (chain_length >
+# search_indexed) and planned for a third of all runs, and a search of a word in every run took
+# 300 ms instead of 0.3.
+MAX_SEARCH_CHARS = 200  # a search's words are looked up one by one
+_SEARCH_WORDS = "SELECT DISTINCT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme"
+_RUNS_MATCHING_IN_CHUNKS = (
+    "SELECT c.run_id FROM ledger_runsearchchunk c WHERE c.document @@ plainto_tsquery('simple', %s)"
+)
+# LATERAL: start from the pending runs (the partial index), never from all events.
+_PENDING_RUNS_MATCHING = """
+    SELECT r.id FROM ledger_run r
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM ledger_runevent e
+        WHERE e.run_id = r.id AND e.position >= r.search_indexed
+            AND to_tsvector('simple', left(e.body, %s)) @@ plainto_tsquery('simple', %s)
+        LIMIT 1
+    ) AS unindexed_match
+    WHERE r.chain_length > r.search_indexed AND r.project_id = ANY(%s)
+"""
+
+
+def _runs_matching_text(runs: QuerySet[Run], text: str, project_ids: list[int]) -> QuerySet[Run]:
+    with connection.cursor() as cur:
+        cur.execute(_SEARCH_WORDS, [text])
+        words = [word for (word,) in cur.fetchall()]
+        if not words:
+            return runs.none()
+        for word in words:
+            cur.execute(_PENDING_RUNS_MATCHING, [RunSearchChunk.SEARCHED_CHARS, word, project_ids])
+            pending = [run_pk for (run_pk,) in cur.fetchall()]
+            # A constant statement; the word travels as a parameter.
+            in_chunks = Q(pk__in=RawSQL(_RUNS_MATCHING_IN_CHUNKS, [word]))  # noqa: S611
+            runs = runs.filter(in_chunks | Q(pk__in=pending) if pending else in_chunks)
+    return runs
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """The run list's filters; every one optional. `text` is PostgreSQL full-text search (the
+    'simple' configuration, so identifiers and ids match as written) over the runs' stored events."""
+
+    project: str | None = None
+    session: str | None = None
+    status: str | None = None
+    agent: str | None = None
+    tool: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    has_refusals: bool = False
+    has_open_asks: bool = False
+    text: str | None = None
+
+
+def run_list(
+    *,
+    projects: QuerySet[Project] | list[Project],
+    filters: RunFilter | None = None,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[Run]:
+    """Runs of the given projects, newest first, keyset-paged by id (`before_id`).
+
+    The time range applies to the run's first event. Returns up to `limit + 1` rows so the caller
+    can tell whether another page exists.
+    """
+    f = filters or RunFilter()
+    runs = Run.objects.filter(project__in=projects).select_related("project")
+    for value, lookup in (
+        (f.project, "project__slug"),
+        (f.session, "session_id"),
+        (f.status, "status"),
+        (f.agent, "agent_id"),
+        (f.since, "first_event_at__gte"),
+        (f.until, "first_event_at__lt"),
+    ):
+        if value:
+            runs = runs.filter(**{lookup: value})
+    if f.tool:
+        runs = runs.filter(Exists(ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)))
+    if f.has_refusals:
+        runs = runs.filter(refusal_count__gt=0)
+    if f.has_open_asks:
+        open_asks = Ask.objects.filter(
+            project_id=OuterRef("project_id"), run_id=OuterRef("run_id"), status=Ask.Status.OPEN
+        )
+        runs = runs.filter(Exists(open_asks))
+    if f.text:
+        runs = _runs_matching_text(runs, f.text, [project.pk for project in projects])
+    if before_id is not None:
+        runs = runs.filter(id__lt=before_id)
+    return list(runs.order_by("-id")[: limit + 1])
+
+
+def run_get(*, project: Project, run_id: str) -> Run:
+    # No run id holds U+0000 (ingestion refuses it), and PostgreSQL could not be asked about one.
+    run = (
+        None
+        if "\x00" in run_id
+        else Run.objects.select_related("project").filter(project=project, run_id=run_id).first()
+    )
+    if run is None:
+        raise RunNotFound(f"No run '{run_id}' in this project.")
+    return run
+
+
+def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> list[RunEvent]:
+    """Up to `limit + 1` events of the run after `after_seq`, in seq order, with their stored body."""
+    return list(
+        RunEvent.objects.filter(run=run, seq__gt=after_seq)
+        .order_by("seq")
+        .only("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")[: limit + 1]
+    )
+
+
+def run_get_for_user(*, user: User | AnonymousUser, project_slug: str, run_id: str) -> Run:
+    run = (
+        None
+        if "\x00" in run_id + project_slug
+        else Run.objects.select_related("project")
+        .filter(project__in=projects_for_user(user), project__slug=project_slug, run_id=run_id)
+        .first()
+    )
+    if run is None:
+        raise RunNotFound(f"No run '{run_id}' in project '{project_slug}'.")
+    return run
+
+
+# --- asks --------------------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""The refusal tracer: every refusal of the user's projects, and the walk from one back to its cause.
+
+GET-only. Any member of a project (auditors included) may read its refusals; another project's
+refusal is a 404.
+"""
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
+from footprint_site.pagination import decode_cursor, encode_cursor
+from ledger.exceptions import RefusalNotFound
+from ledger.explorer import refusals as refusal_selectors
+from ledger.explorer.refusals import RefusalFilter
+from ledger.models import Refusal
+
+REFUSALS_PER_PAGE = 50
+FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
+
+
+class RefusalFilterForm(forms.Form):
+    """Query-string filters. A value that does not parse is dropped (and reported), never a 400."""
+
+    category = forms.ChoiceField(choices=[("", "any"), *Refusal.Category.choices], required=False)
+    # Rules, tools and agents are stored whole, however long: a filter by one is never dropped for its length.
+    rule = forms.CharField(required=False)
+    tool = forms.CharField(required=False)
+    agent = forms.CharField(required=False)
+    since = forms.DateTimeField(required=False)
+    until = forms.DateTimeField(required=False)
+
+    def filters(self) -> RefusalFilter:
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        return RefusalFilter(
+            category=data.get("category") or None,
+            rule=data.get("rule") or None,
+            tool=data.get("tool") or None,
+            agent=data.get("agent") or None,
+            since=data.get("since"),
+            until=data.get("until"),
+        )
+
+
+@require_GET
+@login_required
+@varies_with_htmx
+def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = RefusalFilterForm(request.GET)
+    filters = form.filters()
+    refusals = refusal_selectors.refusal_list(
+        user=request.user,
+        filters=filters,
+        before_id=decode_cursor(request.GET.get("cursor")),
+        limit=REFUSALS_PER_PAGE,
+    )
+    context: dict[str, object] = {
+        "refusals": refusals[:REFUSALS_PER_PAGE],
+        "next_cursor": encode_cursor(refusals[REFUSALS_PER_PAGE - 1].pk) if len(refusals) > REFUSALS_PER_PAGE else None,
+        "form": form,
+        "categories": Refusal.Category.choices,
+        "filters": {name: request.GET.get(name, "") for name in FILTER_FIELDS},
+    }
+    if wants_partial(request):
+        # A paging request only needs the next rows; a filter submit swaps the whole results region.
+        partial = "refusal-page" if request.GET.get("cursor") else "refusal-results"
+        if partial == "refusal-results":
+            context.update(_summary_context(request, filters))
+        return render(request, f"refusals/refusal_list.html#{partial}", context)
+    context.update(_summary_context(request, filters))
+    return render(request, "refusals/refusal_list.html", context)
+
+
+def _summary_context(request: HtmxHttpRequest, filters: RefusalFilter) -> dict[str, object]:
+    return {
+        "groups": refusal_selectors.refusal_groups(user=request.user, filters=filters),
+        "repeats": refusal_selectors.refusal_repeat_offences(user=request.user, filters=filters),
+    }
+
+
+@require_GET
+@login_required
+def refusal_detail(request: HtmxHttpRequest, refusal_id: int) -> HttpResponse:
+    try:
+        chain = refusal_selectors.refusal_chain(user=request.user, refusal_id=refusal_id)
+    except RefusalNotFound as exc:
+        raise Http404(exc.message) from None
+    return render(request, "refusals/refusal_detail.html", {"chain": chain, "refusal": chain.refusal})

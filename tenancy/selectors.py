@@ -1,0 +1,55 @@
+"""Reads of who may do what: an agent key by its secret, the projects a person sees and their role in each.
+
+Every page and API read scopes its rows through these: a project a person is not a member of
+answers as if it did not exist.
+"""
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import QuerySet
+
+from tenancy.models import AgentKey, Membership, Project
+from tenancy.services import hash_secret
+
+
+def agent_key_get_by_secret(*, secret: str) -> AgentKey | None:
+    return (
+        AgentKey.objects.select_related("project")
+        .filter(secret_hash=hash_secret(secret), revoked_at__isnull=True)
+        .first()
+    )
+
+
+def projects_for_user(user: User | AnonymousUser) -> QuerySet[Project]:
+    if not user.is_authenticated:
+        return Project.objects.none()
+    if user.is_superuser:
+        return Project.objects.all()
+    return Project.objects.filter(memberships__user=user).distinct()
+
+
+def project_get_for_user(*, user: User | AnonymousUser, slug: str) -> tuple[Project, str] | None:
+    """The project and the user's role in it, or None when the user may not see it (a 404)."""
+    project = projects_for_user(user).filter(slug=slug).first()
+    if project is None:
+        return None
+    role = role_of(user=user, project=project)
+    return (project, role) if role else None
+
+
+def role_of(*, user: User | AnonymousUser, project: Project) -> str | None:
+    if not user.is_authenticated:
+        return None
+    if user.is_superuser:
+        return Membership.Role.ADMIN
+    return Membership.objects.filter(user=user, project=project).values_list("role", flat=True).first()
+
+
+def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
+    """Projects whose asks this user may decide: approvers and admins (superusers: all)."""
+    if not user.is_authenticated:
+        return Project.objects.none()
+    if user.is_superuser:
+        return Project.objects.all()
+    return Project.objects.filter(
+        memberships__user=user, memberships__role__in=[Membership.Role.APPROVER, Membership.Role.ADMIN]
+    )
