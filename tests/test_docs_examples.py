@@ -138,7 +138,7 @@ def test_every_example_is_found_and_marked_deliberately() -> None:
 
 @pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.skip_reason], ids=lambda b: b.name)
 def test_examples_marked_not_run(block: Block) -> None:
-    pytest.skip(f"not run: {block.skip_reason}")
+    pytest.skip(f"{block.name} not run: {block.skip_reason}")
 
 
 @pytest.fixture(scope="module")
