@@ -13,10 +13,10 @@ from artifacts.payloads import payload_out
 from artifacts.scopes import Scope, scope_from_header
 from artifacts.wants import wants_resolve
 from footprint_site.auth import AgentKeyAuth, project_of
+from footprint_site.exceptions import BodyTooLarge
 from footprint_site.http import body_within
+from footprint_site.lib.jsonbody import parse_json_encoded_as_javascript
 from footprint_site.responses import json_response
-from ledger.exceptions import BodyTooLarge
-from ledger.ingest.envelopes import parse_json_encoded_as_javascript
 from ledger.schemas import ErrorOut
 
 router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))  # /api/v1/artifacts: the spec's /af/v1/artifacts

@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from ledger.exceptions import LedgerError
+from footprint_site.exceptions import ApiError
 
 
-class ArtifactError(LedgerError):
+class ArtifactError(ApiError):
     pass
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import orjson
 
 from artifacts.exceptions import InvalidScope
-from ledger.exceptions import MalformedBody
-from ledger.ingest.envelopes import parse_json
+from footprint_site.exceptions import MalformedBody
+from footprint_site.lib.jsonbody import parse_json
 
 SCOPE_FIELDS = ("tenant", "principal", "conversationId")
 MAX_FIELD_CHARS = 1024

@@ -22,8 +22,9 @@ from artifacts.refs import is_ref, mint_ref
 from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from footprint_site.lib.db import prepared_cursor
+from footprint_site.lib.ids import RUN_ID_RULE, is_run_id
 from footprint_site.lib.js import js_stringify, js_trim
-from ledger.ingest.envelopes import RUN_ID_RULE, is_run_id, json_holds_nul
+from footprint_site.lib.jsonbody import json_holds_nul
 from tenancy.models import Project
 
 MAX_TTL_FACTS_PER_PUT = 1000

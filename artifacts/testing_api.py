@@ -11,8 +11,8 @@ from artifacts import services
 from artifacts.exceptions import ArtifactNotFound
 from artifacts.scopes import scope_from_json
 from footprint_site.auth import AgentKeyAuth, project_of
+from footprint_site.lib.jsonbody import parse_json
 from footprint_site.responses import json_response
-from ledger.ingest.envelopes import parse_json
 from tenancy.models import AgentKey
 from tenancy.services import agent_key_create, project_get_or_create
 

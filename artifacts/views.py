@@ -14,10 +14,10 @@ from artifacts.exceptions import ArtifactNotFound
 from artifacts.forms import HoldForm, RetentionForm
 from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
 from artifacts.refs import is_ref
+from footprint_site.lib.ids import is_run_id
 from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
 from footprint_site.pagination import decode_cursor, encode_cursor
-from ledger.ingest.envelopes import is_run_id
 from tenancy.models import Membership, Project
 from tenancy.selectors import project_get_for_user
 

@@ -44,10 +44,10 @@ ASKS = int(os.environ.get("BENCH_ASKS", "200"))
 OPEN_ASKS = int(os.environ.get("BENCH_OPEN_ASKS", "10000"))
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200"))
 SETTLE_S = float(os.environ.get("BENCH_SETTLE_MS", "50")) / 1000
-WARMUP, PAGE = 10, 25  # PAGE: the inbox's ASKS_PER_PAGE (ledger/views_asks.py)
+WARMUP, PAGE = 10, 25  # PAGE: the inbox's ASKS_PER_PAGE (ledger/asks/views.py)
 USER, PASSWORD = "bench-approver", secrets.token_urlsafe(16)
 
-# Each ask in its own session: a session holds at most one open ask (ledger.services.asks).
+# Each ask in its own session: a session holds at most one open ask (ledger.asks.services).
 FILL_INBOX = """
 INSERT INTO ledger_ask (project_id, run_id, session_id, tool_call_id, tool_name, kind, question, middleware,
                         pause_data, on_timeout, status, created_at)

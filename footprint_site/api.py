@@ -6,8 +6,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
 
 from footprint_site.auth import AuthThrottled, ScopeMissing
+from footprint_site.exceptions import ApiError
 from footprint_site.responses import json_response
-from ledger.exceptions import LedgerError
 from tenancy.models import AgentKey
 
 api = NinjaAPI(
@@ -28,8 +28,8 @@ if settings.FOOTPRINT_TEST_HOOKS:
     api.add_router("/testing", "artifacts.testing_api.router")
 
 
-@api.exception_handler(LedgerError)
-def ledger_error(request: HttpRequest, exc: LedgerError) -> HttpResponse:
+@api.exception_handler(ApiError)
+def ledger_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
     return json_response({"error": exc.message, "code": exc.code, **exc.details}, status=exc.status)
 
 

@@ -23,6 +23,8 @@ HOT_PATH = (
     "ledger/ingest/runs.py",
     "ledger/ingest/services.py",
     "footprint_site/lib/chain.py",
+    "footprint_site/lib/ids.py",
+    "footprint_site/lib/jsonbody.py",
 )
 # mypyc puts what the modules share in one library, named after this; inside a package, so that
 # it imports wherever the packages do (the editable install maps packages, not the project root).

@@ -4,7 +4,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from django.http.request import RawPostDataException
 
-from ledger.exceptions import BodyTooLarge, LengthRequired, UnsupportedMediaType
+from footprint_site.exceptions import BodyTooLarge, LengthRequired, UnsupportedMediaType
 
 
 def body_within(request: HttpRequest, limit: int, *, json: bool = True) -> bytes:

@@ -237,7 +237,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 FOOTPRINT_ANCHOR_KEY = env.str("FOOTPRINT_ANCHOR_KEY", default=SECRET_KEY)
 # Integrity re-checks of chains up to this many records answer at once; longer ones run in Celery.
 FOOTPRINT_INLINE_VERIFY_MAX_RECORDS = env.int("FOOTPRINT_INLINE_VERIFY_MAX_RECORDS", default=10_000)
-# Ask long-polls a web process holds at once (footprint_site.notify.WaitSlots); unset: under
+# Ask long-polls a web process holds at once (ledger.asks.waits.WaitSlots); unset: under
 # gunicorn its threads less one, elsewhere (runserver, tests) no limit.
 _ASK_WAITS = env.str("FOOTPRINT_ASK_WAITS_PER_PROCESS", default="")  # docker compose passes "" for unset
 FOOTPRINT_ASK_WAITS_PER_PROCESS: int | None = int(_ASK_WAITS) if _ASK_WAITS else None

@@ -13,7 +13,9 @@ from pydantic import Field, field_validator
 
 from footprint_site import pagination
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
+from footprint_site.exceptions import InvalidParameter
 from footprint_site.http import body_within
+from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
 from footprint_site.responses import json_response
 from ledger.asks import selectors as ask_selectors
@@ -23,11 +25,11 @@ from ledger.asks.waits import WaitsFull
 from ledger.audits import integrity_selectors
 from ledger.audits import selectors as audit_selectors
 from ledger.audits.services import audit_bundle_import
-from ledger.exceptions import AskInvalid, AskSuperseded, InvalidParameter
+from ledger.exceptions import AskInvalid, AskSuperseded
 from ledger.explorer import selectors
 from ledger.ingest import recordings
 from ledger.ingest import services as ingest_services
-from ledger.ingest.envelopes import parse_event_batch, parse_json
+from ledger.ingest.envelopes import parse_event_batch
 from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,

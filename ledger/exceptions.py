@@ -1,21 +1,10 @@
 """Errors the ledger services raise; the API turns each into `{error, code}` plus its details."""
 
-from typing import Any
+from footprint_site.exceptions import ApiError
 
 
-class LedgerError(Exception):
-    status = 400
+class LedgerError(ApiError):
     code = "ERR_LEDGER"
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-
-class MalformedBody(LedgerError):
-    status = 400
-    code = "ERR_MALFORMED_JSON"
 
 
 class BatchInvalid(LedgerError):
@@ -23,28 +12,6 @@ class BatchInvalid(LedgerError):
 
     status = 422
     code = "ERR_INVALID_EVENTS"
-
-
-class BodyTooLarge(LedgerError):
-    status = 413
-    code = "ERR_TOO_LARGE"
-
-
-class LengthRequired(LedgerError):
-    status = 411
-    code = "ERR_LENGTH_REQUIRED"
-
-
-class InvalidParameter(LedgerError):
-    """A query parameter that parses but cannot be used (the same code as ninja's own 422)."""
-
-    status = 422
-    code = "ERR_INVALID_PARAMETERS"
-
-
-class UnsupportedMediaType(LedgerError):
-    status = 415
-    code = "ERR_UNSUPPORTED_MEDIA_TYPE"
 
 
 class SeqConflict(LedgerError):

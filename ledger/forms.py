@@ -3,10 +3,10 @@ from typing import Any
 
 from django import forms
 
+from footprint_site.exceptions import MalformedBody
+from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
-from ledger.exceptions import MalformedBody
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
-from ledger.ingest.envelopes import parse_json
 from ledger.models import Run
 from tenancy.models import Project
 

@@ -160,7 +160,7 @@ class RunSearchChunk(models.Model):
     """
 
     # PostgreSQL refuses a tsvector over 1 MB, and one event may hold megabytes of distinct words:
-    # a search reads each record's first SEARCHED_CHARS characters (ledger.services.search).
+    # a search reads each record's first SEARCHED_CHARS characters (ledger.explorer.search).
     SEARCHED_CHARS = 50_000
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -408,7 +408,7 @@ class Ask(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     created_at = models.DateTimeField(db_default=Now())
     # The `meta.wallClockMs` of its pause event (the agent's clock), once that event is stored:
-    # which of a session's asks paused later (ledger.services.asks._supersede_in_session).
+    # which of a session's asks paused later (ledger.asks.services._supersede_in_session).
     paused_at_ms = models.BigIntegerField(null=True, blank=True)
     # Whether that event is stored (it may carry no clock); an ask only POSTed has none yet.
     pause_reported = models.BooleanField(default=False, db_default=False)
@@ -651,7 +651,7 @@ class ChainAnchor(models.Model):
     digest = models.BinaryField(max_length=32)
     signature = models.BinaryField(max_length=32)
     run_count = models.IntegerField()
-    # ledger.anchors.DIGEST_FORMAT when written; anchors from before format 2 keep 1.
+    # ledger.audits.anchors.DIGEST_FORMAT when written; anchors from before format 2 keep 1.
     digest_format = models.PositiveSmallIntegerField(default=2)
     created_at = models.DateTimeField(db_default=Now())
 

@@ -1,6 +1,6 @@
 """Schemas of the ledger API, for the OpenAPI document and for reads.
 
-Ingestion bodies are parsed by `ledger.envelopes` (hand validation on the hot path); the request
+Ingestion bodies are parsed by `ledger.ingest.envelopes` (hand validation on the hot path); the request
 schemas below describe them for the OpenAPI document.
 """
 

@@ -47,6 +47,8 @@ def test_what_runs_is_what_was_compiled() -> None:
     # Compiled (make install found a C compiler): every hot-path module imports as its compiled
     # copy, the shared library included. Not compiled: every one imports as its source.
     import footprint_site.lib.chain
+    import footprint_site.lib.ids
+    import footprint_site.lib.jsonbody
     import ledger.ingest.envelopes
     import ledger.ingest.projections
     import ledger.ingest.runs
@@ -59,6 +61,8 @@ def test_what_runs_is_what_was_compiled() -> None:
         ledger.ingest.runs,
         ledger.ingest.services,
         footprint_site.lib.chain,
+        footprint_site.lib.ids,
+        footprint_site.lib.jsonbody,
     )
     assert len(modules) == len(HOT_PATH)
     compiled = [Path(module.__file__ or "").suffix != ".py" for module in modules]

@@ -17,6 +17,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from footprint_site.celery import task_send_on_commit
+from footprint_site.lib.ids import MAX_ID_LENGTH, RUN_ID_RULE, is_plain_id, is_run_id
+from footprint_site.lib.jsonbody import MAX_DEPTH, json_holds_nul
 from ledger.asks.waits import ask_waiters_wake
 from ledger.exceptions import (
     AskAlreadyDecided,
@@ -26,17 +28,7 @@ from ledger.exceptions import (
     AskStaleDecision,
     AskSuperseded,
 )
-from ledger.ingest.envelopes import (
-    MAX_DEPTH,
-    MAX_ID_LENGTH,
-    RUN_ID_RULE,
-    Event,
-    is_plain_id,
-    is_run_id,
-    json_holds_nul,
-    replace_nul,
-    wall_clock_ms_of,
-)
+from ledger.ingest.envelopes import Event, replace_nul, wall_clock_ms_of
 from ledger.ingest.projections import resumed_ask_verdict
 from ledger.ingest.runs import CONSUMER_SCOPE, run_append_server_event, run_lock
 from ledger.models import Ask, Run, RunEvent, ToolCall, WebhookDelivery

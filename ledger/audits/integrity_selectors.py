@@ -2,7 +2,7 @@
 
 A walk re-hashes every stored record in store order. It catches an edited, inserted or removed
 record, and a tail removed together with the run's own head columns as long as an anchor (a
-signed checkpoint kept apart from the rows, see `ledger.anchors`) saw the longer chain.
+signed checkpoint kept apart from the rows, see `ledger.audits.anchors`) saw the longer chain.
 """
 
 from collections.abc import Callable
@@ -14,8 +14,9 @@ from django.db import connection
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from footprint_site.lib.js import js_equal
+from footprint_site.lib.jsonbody import json_holds_nul
 from ledger.audits import anchors
-from ledger.ingest.envelopes import canonical_bytes, json_holds_nul, replace_nul, wall_clock_ms_of
+from ledger.ingest.envelopes import canonical_bytes, replace_nul, wall_clock_ms_of
 from ledger.ingest.projections import call_id_of
 from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run
 from tenancy.models import Project

@@ -9,10 +9,11 @@ import orjson
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Case, When
 
+from footprint_site.exceptions import MalformedBody
+from footprint_site.lib.jsonbody import parse_json_keeping_lone_surrogates, text_copy
 from ledger.audits import verify
 from ledger.audits.verify import ZERO_HASH, verify_bundles, whole_number
-from ledger.exceptions import AuditBundleInvalid, MalformedBody
-from ledger.ingest.envelopes import parse_json_keeping_lone_surrogates, text_copy
+from ledger.exceptions import AuditBundleInvalid
 from ledger.models import AuditBundle, Run, RunEvent
 from tenancy.models import Project
 from tenancy.selectors import projects_for_user

@@ -5,9 +5,9 @@ from typing import Any
 
 from django.db import transaction
 
+from footprint_site.lib.jsonbody import text_copy
 from ledger.audits.selectors import audit_bundle_verdict
 from ledger.audits.verify import whole_number
-from ledger.ingest.envelopes import text_copy
 from ledger.models import AuditBundle
 from tenancy.models import Project
 

@@ -12,11 +12,11 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from footprint_site.exceptions import ApiError
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
 from footprint_site.pagination import decode_cursor, encode_cursor
 from ledger.audits import selectors
 from ledger.audits.services import audit_bundle_import
-from ledger.exceptions import LedgerError
 from ledger.forms import AuditBundleUploadForm
 from tenancy import selectors as tenancy_selectors
 from tenancy.models import Membership
@@ -42,7 +42,7 @@ def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
         try:
             context.update(_verdict_of_upload(request, form.cleaned_data["project"], form.cleaned_data["bundle"]))
             status = 200
-        except LedgerError as exc:
+        except ApiError as exc:
             form.add_error("bundle", exc.message)
     bundles = selectors.audit_bundles_for_user(
         user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=BUNDLES_PER_PAGE

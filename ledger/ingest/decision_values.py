@@ -6,8 +6,9 @@ from typing import Any
 
 from django.db import models
 
+from footprint_site.lib.jsonbody import parse_stream_json
 from ledger.explorer.run_page import run_resume_links
-from ledger.ingest.envelopes import parse_stream_json, replace_nul
+from ledger.ingest.envelopes import replace_nul
 from ledger.models import MiddlewareDecision, Recording, Run
 
 DECISION_KEYS = ("middleware", "moment", "toolCallId", "iteration", "outcome")

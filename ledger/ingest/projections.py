@@ -129,7 +129,7 @@ class Projection:
     verdicts: list[tuple[Any, ...]] = field(default_factory=list)
     effects: list[tuple[Any, ...]] = field(default_factory=list)
     refusals: list[tuple[Any, ...]] = field(default_factory=list)
-    # What opens or closes asks (rare: handled by ledger.services.asks): pauses, check-in
+    # What opens or closes asks (rare: handled by ledger.asks.services): pauses, check-in
     # outcomes, and the verdict rows a resumed middleware ask files (spec §1.7).
     ask_events: list[Event] = field(default_factory=list)
 

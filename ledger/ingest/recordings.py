@@ -3,9 +3,11 @@ from typing import Any
 
 from django.db import transaction
 
+from footprint_site.lib.ids import RUN_ID_RULE, is_run_id
+from footprint_site.lib.jsonbody import json_holds_nul, parse_stream_json
 from ledger.exceptions import RecordingInvalid
 from ledger.ingest.decision_values import decision_values_attach
-from ledger.ingest.envelopes import RUN_ID_RULE, check_events, is_run_id, json_holds_nul, parse_stream_json
+from ledger.ingest.envelopes import check_events
 from ledger.ingest.runs import RunReceipt
 from ledger.ingest.services import events_ingest
 from ledger.models import Recording, Run

@@ -11,7 +11,8 @@ from psycopg.types.json import Jsonb
 
 from footprint_site.lib.chain import link_hash
 from footprint_site.lib.db import server_binding_cursor
-from ledger.ingest.envelopes import IDENTITY_KEYS, Event, canonical_bytes, json_holds_nul, replace_nul
+from footprint_site.lib.jsonbody import json_holds_nul
+from ledger.ingest.envelopes import IDENTITY_KEYS, Event, canonical_bytes, replace_nul
 from ledger.models import Run
 from tenancy.models import Project
 

@@ -220,7 +220,7 @@ TOOL_CALLS = CopyTarget(
         " end_seq:int4"
     ),
 )
-TOOL_CALL_FIELDS: Final = [name for name, _ in TOOL_CALLS.columns[2:]]  # as ledger.projections names them
+TOOL_CALL_FIELDS: Final = [name for name, _ in TOOL_CALLS.columns[2:]]  # as ledger.ingest.projections names them
 
 
 def _copy(cur: Cursor[Any], target: CopyTarget, rows: list[tuple[Any, ...]]) -> None:
@@ -316,9 +316,9 @@ def events_ingest(
 ) -> list[RunReceipt]:
     """Store the events not stored yet, chain them, project them, and return a receipt per run.
 
-    Preconditions: `events` passed `ledger.envelopes.check_events`. Writes RunEvent rows (appended
+    Preconditions: `events` passed `ledger.ingest.envelopes.check_events`. Writes RunEvent rows (appended
     to each run's chain in seq order within the batch), the projections of the new events, the
-    runs' summaries, the asks that pause events open (ledger.services.asks), as opened by
+    runs' summaries, the asks that pause events open (ledger.asks.services), as opened by
     `key`, the agent key that posted them, and, on new decisions of a run with a stored
     recording, its before/after values. Raises SeqConflict, storing nothing, when a seq is re-sent
     with new content.

@@ -13,8 +13,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from footprint_site.auth import AuthThrottled, client_address, verified_key
+from footprint_site.exceptions import ApiError
 from footprint_site.http import body_within
-from ledger.exceptions import LedgerError
 from ledger.otlp import wire
 from ledger.otlp.services import otlp_ingest
 from tenancy.models import AgentKey
@@ -59,7 +59,7 @@ def export_traces(request: HttpRequest) -> HttpResponse:
         spans = wire.decode_spans(body, as_json=as_json)
         # A trace's run that native events took before `otlp-` was OTLP's alone: 409.
         receipt = otlp_ingest(project=key.project, spans=spans, key=key)
-    except LedgerError as exc:  # 400 undecodable, 411 unsized, 413 too large, 409
+    except ApiError as exc:  # 400 undecodable, 411 unsized, 413 too large, 409
         return error_response(request, exc.status, exc.message)
     body = wire.export_response(rejected=receipt.rejected, message=receipt.message, as_json=as_json)
     return HttpResponse(body, content_type=answer_type)

@@ -21,8 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ledger.exceptions import BodyTooLarge, MalformedBody
-from ledger.ingest.envelopes import MAX_DEPTH, OTLP_RUN_PREFIX, is_plain_id, nests_deeper_than, parse_stream_json
+from footprint_site.exceptions import BodyTooLarge, MalformedBody
+from footprint_site.lib.ids import is_plain_id
+from footprint_site.lib.jsonbody import MAX_DEPTH, nests_deeper_than, parse_stream_json
+from ledger.ingest.envelopes import OTLP_RUN_PREFIX
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
