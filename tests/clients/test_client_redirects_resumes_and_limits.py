@@ -1,6 +1,6 @@
 """Both clients where a review found them wrong: the Python client follows no redirect (its key
 would go with it), the JS observer keeps a resume run in a fresh process whole and its batches
-within the server's limit, and the README's resume loop resumes a question with its answer."""
+within the server's limit, and the documented resume loop (docs/api.md) resumes a question with its answer."""
 
 import http.server
 import json
@@ -161,12 +161,12 @@ console.log(JSON.stringify({ errors, status: run.status, run: run.status === 200
     assert result["run"]["events"] == 5001
 
 
-# --- README: the pause/resume loop, run as written -------------------------------------------
+# --- docs/api.md: the pause/resume loop, run as written -------------------------------------------
 
 
-def _readme_resume_loop() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Sending a pause to the inbox and resuming with the decision", 1)[1]
+def _documented_resume_loop() -> str:
+    docs = (ROOT / "docs" / "api.md").read_text()
+    section = docs.split("### JavaScript: the observer", 1)[1]
     code = re.search(r"```js\n(.*?)```", section, re.S)
     assert code is not None
     source = code.group(1)
@@ -174,13 +174,13 @@ def _readme_resume_loop() -> str:
     return source.replace("'https://ledger.example.com'", "URL_")
 
 
-def test_readme_resume_loop_resumes_a_plain_ask_with_its_answer(
+def test_documented_resume_loop_resumes_a_plain_ask_with_its_answer(
     node_env: dict[str, str],  # noqa: F811
     project: Project,
     tmp_path: Path,
 ) -> None:
     """Spec §2.4: a plain ask's resume input is the tool's result, so the loop must hand it
-    `decision.answer`, not the decision. The loop is run verbatim from the README against a
+    `decision.answer`, not the decision. The loop is run verbatim from docs/api.md against a
     stand-in agent that applies §2.4's plain-ask rule; an integration answers "eu-west"."""
     decider = agent_key_create(project=project, scopes=["decide", "asks"])[1]
     script = (
@@ -222,7 +222,7 @@ const decided = (async () => {
   }
 })();
 """
-        + _readme_resume_loop()
+        + _documented_resume_loop()
         + """
 console.log(JSON.stringify({ decideStatus: await decided, toolResults }));
 """
