@@ -63,7 +63,7 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
         else:
             message = f"No API operation at {_shown(request.path)}: the operations are listed at /api/v1/docs."
         return api_error(request, 404, "ERR_NOT_FOUND", message)
-    return render(request, "404.html", {"message": _message_of(exception)}, status=404)
+    return render(request, "404.html", status=404)
 
 
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
