@@ -5,10 +5,9 @@ from urllib.parse import unquote_to_bytes
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, QueryDict
 
-from ledger.otlp.views import error_response as otlp_error_response
+from footprint_site.errors import api_error, is_api_request
 
 logger = logging.getLogger(__name__)
 
@@ -94,18 +93,10 @@ class RequestHygieneMiddleware:
         return None
 
 
-def is_api_request(request: HttpRequest) -> bool:
-    """A call to the JSON API or the OTLP endpoint: its callers send keys, not cookies."""
-    return request.path.startswith(("/api/", "/v1/"))
-
-
 def _refusal(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
-    """What a client reads: a google.rpc.Status in its own encoding for an OpenTelemetry exporter,
-    `{error, code}` for the API, the sentence for a page."""
-    if request.path == reverse("otlp-traces"):
-        return otlp_error_response(request, status, message)
+    """What a client reads: the API's error shape for programs, the sentence for a page."""
     if is_api_request(request):
-        return JsonResponse({"error": message, "code": code}, status=status)
+        return api_error(request, status, code, message)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
 
 

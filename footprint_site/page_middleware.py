@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from django_htmx import middleware as htmx
 
 from footprint_site import login_redirects
-from footprint_site.middleware import is_api_request
+from footprint_site.errors import is_api_request
 
 
 class PagesOnly:

@@ -171,6 +171,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_FAILURE_VIEW = "footprint_site.errors.csrf_failure"  # the 403 page, with what to do next
 # Served over HTTPS (directly or behind a proxy that sets X-Forwarded-Proto): secure cookies,
 # redirects to https and HSTS. `make run` and the tests serve plain HTTP on loopback and turn it off.
 HTTPS = env.bool("DJANGO_HTTPS", default=not DEBUG)

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from footprint_site import errors
 from footprint_site.api import api
 from footprint_site.health import healthz
 from footprint_site.sign_in import ThrottledLoginView
@@ -10,8 +11,8 @@ from ledger.otlp import views as otlp_views
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
-    path("v1/traces", otlp_views.export_traces, name="otlp-traces"),
+    path("api/v1/", errors.with_method_errors(api.urls)),
+    path("v1/traces", errors.method_errors(otlp_views.export_traces), name="otlp-traces"),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("ledger.explorer.urls")),
@@ -20,3 +21,9 @@ urlpatterns = [
     path("", include("ledger.explorer.urls_refusals")),
     path("", include("ledger.audits.urls")),
 ]
+
+# Unknown paths, refusals and failures: `{error, code}` under /api/ and /v1/, pages elsewhere.
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.not_found
+handler500 = errors.server_error

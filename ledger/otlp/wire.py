@@ -521,9 +521,9 @@ def _status_message_class() -> Any:
 
 RpcStatus = _status_message_class()
 # The google.rpc.Code of each HTTP status this endpoint answers: INVALID_ARGUMENT, UNAUTHENTICATED,
-# PERMISSION_DENIED, FAILED_PRECONDITION, RESOURCE_EXHAUSTED (too large; too many failed keys),
-# UNAVAILABLE.
-GRPC_CODES = {400: 3, 401: 16, 403: 7, 409: 9, 413: 8, 415: 3, 429: 8, 503: 14}
+# PERMISSION_DENIED, NOT_FOUND (a /v1/ path not served), UNIMPLEMENTED (a method other than POST),
+# FAILED_PRECONDITION, RESOURCE_EXHAUSTED (too large; too many failed keys), INTERNAL, UNAVAILABLE.
+GRPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 405: 12, 409: 9, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
 
 
 def answer_type(request_content_type: str | None) -> str:
