@@ -143,7 +143,11 @@ def test_make_run_names_make_stop_for_an_embedded_postgresql_it_found_running(ma
     """Left by manage.py, the tests or an earlier run: Ctrl-C leaves it running (something else
     may use it), and both the start and the end say how to stop it."""
     checked = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=PROJECT_ROOT, env=make.env, capture_output=True, text=True
+        [sys.executable, "manage.py", "check"],
+        cwd=PROJECT_ROOT,
+        env={"DJANGO_SECRET_KEY": "test-only", **make.env},
+        capture_output=True,
+        text=True,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     pgdata = make.data_dir / "postgres"
