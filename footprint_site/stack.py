@@ -27,6 +27,14 @@ MAX_RESTARTS_PER_MINUTE = 5
 PYTHON = sys.executable
 
 
+# An embedded server this run did not start (an earlier run's, the tests', manage.py's) is left
+# running at the end, since something else may use it: the user is told how to stop it.
+_LEFT_RUNNING = (
+    "The embedded PostgreSQL under {pgdata} was already running and keeps running after this stops: "
+    "`make stop` stops it."
+)
+
+
 class NotStarted(Exception):
     """Why the stack cannot start, in a sentence; nothing was started."""
 
@@ -102,6 +110,9 @@ def main() -> int:
     pgdata = Path(env["FOOTPRINT_DATA_DIR"]) / "postgres"
     # Stopped at the end only if this run started it: another `make run` of this checkout may use it.
     embedded = not env.get("DATABASE_URL") and not postmaster_running(pgdata)
+    left_running = not env.get("DATABASE_URL") and not embedded
+    if left_running:
+        print(f"make run: {_LEFT_RUNNING.format(pgdata=pgdata)}", flush=True)
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
         return _serve(env, host, port, processes, lambda: stopping)
@@ -115,7 +126,7 @@ def main() -> int:
         if embedded:
             stop_postgres(pgdata)
         with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
-            print("Stopped.", flush=True)
+            print("Stopped." + (f" {_LEFT_RUNNING.format(pgdata=pgdata)}" if left_running else ""), flush=True)
 
 
 def _serve(

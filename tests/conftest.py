@@ -155,3 +155,19 @@ def _stop_decision_listener(django_db_setup: None, django_db_blocker: Any) -> An
     from ledger.asks.waits import ask_decisions
 
     ask_decisions.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_embedded_postgresql_under_tmp_path(request: pytest.FixtureRequest) -> Any:
+    """Subprocesses given FOOTPRINT_DATA_DIR in a test's tmp_path and no DATABASE_URL start an
+    embedded PostgreSQL there, which outlives them: each would stay running after the suite."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp_path: Path = request.getfixturevalue("tmp_path")  # now: it is gone by this teardown
+    yield
+    for pid_file in [*tmp_path.glob("postgres/postmaster.pid"), *tmp_path.glob("*/postgres/postmaster.pid")]:
+        from footprint_site.embedded_postgres import postmaster_running, stop
+
+        if postmaster_running(pid_file.parent):
+            stop(pid_file.parent)
