@@ -5,6 +5,7 @@ Every list, page and API reads its pages through `keyset_page` (or `keyset_pages
 side by side under one cursor). A key is one or more unique-together fields, each ascending or
 descending (`"-id"`, `"seq"`, `("-created_at", "ref")`). Where a URL carries the key as it is
 (`?after_seq=41`) the caller passes `after=`; lists that hand out opaque cursors pass `cursor=`.
+Readers that run their own keyset SQL (the run timeline) cut what they read with `page_of`.
 """
 
 import base64
