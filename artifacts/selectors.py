@@ -19,6 +19,7 @@ from artifacts.refs import is_ref
 from artifacts.rows import RowShape
 from artifacts.scopes import Scope
 from footprint_site.lib.db import prepared_cursor
+from footprint_site.pagination import Page, keyset_page
 from tenancy.models import Project
 
 DEFAULT_LIST_LIMIT = 50
@@ -128,8 +129,8 @@ def _decode_list_cursor(cursor: str | None) -> tuple[int, str] | None:
     return created_at, ref
 
 
-def _encode_list_cursor(artifact: Artifact) -> str:
-    return "k1." + base64.urlsafe_b64encode(orjson.dumps([artifact.created_at, artifact.ref])).decode().rstrip("=")
+def _encode_list_cursor(key: tuple[int, str]) -> str:
+    return "k1." + base64.urlsafe_b64encode(orjson.dumps(list(key))).decode().rstrip("=")
 
 
 def artifact_list(
@@ -141,14 +142,14 @@ def artifact_list(
     newest. The cursor is present only when more rows exist.
     """
     limit = max(1, min(DEFAULT_LIST_LIMIT if limit is None else int(limit), MAX_LIST_LIMIT))
-    rows = _live(store, scope).only(*META_FIELDS).order_by("-created_at", "ref")
-    position = _decode_list_cursor(cursor)
-    if position is not None:
-        created_at, ref = position
-        rows = rows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, ref__gt=ref))
-    page = list(rows[: limit + 1])
-    next_cursor = _encode_list_cursor(page[limit - 1]) if len(page) > limit else None
-    return page[:limit], next_cursor
+    # The framework's cursor format (a composite key, "k1." + JSON), not the one-integer cursor.
+    page = keyset_page(
+        _live(store, scope).only(*META_FIELDS),
+        order=("-created_at", "ref"),
+        after=_decode_list_cursor(cursor),
+        limit=limit,
+    )
+    return page.items, _encode_list_cursor(page.next_after) if page.has_more else None
 
 
 # --- pages (project-wide: auditors see every scope of their project) ---------------------------
@@ -163,10 +164,10 @@ def artifact_list_for_project(
     conversation: str | None = None,
     run_id: str | None = None,
     state: str = "live",
-    before_id: int | None = None,
+    cursor: str | None = None,
     limit: int = 50,
-) -> list[Artifact]:
-    """Artifacts of one project's store, newest first by id; up to limit + 1 rows (the +1 tells of a next page)."""
+) -> Page[Artifact]:
+    """A page of artifacts of one project's store, newest first by id."""
     now = store_now_ms(store)
     rows = Artifact.objects.filter(store=store).only(*META_FIELDS, "scope_conversation", "held", "origin_run_id")
     if kind:
@@ -182,9 +183,7 @@ def artifact_list_for_project(
         rows = rows.exclude(live)
     elif state == "held":
         rows = rows.filter(held=True)
-    if before_id is not None:
-        rows = rows.filter(id__lt=before_id)
-    return list(rows.order_by("-id")[: limit + 1])
+    return keyset_page(rows, order="-id", cursor=cursor, limit=limit)
 
 
 @dataclass

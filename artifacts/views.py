@@ -17,7 +17,6 @@ from artifacts.refs import is_ref
 from footprint_site.lib.ids import is_run_id
 from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
-from footprint_site.pagination import decode_cursor, encode_cursor
 from tenancy.models import Membership, Project
 from tenancy.selectors import project_get_for_user
 
@@ -48,25 +47,25 @@ def artifact_list(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
     if state not in selectors.PAGE_STATES:
         state = "live"
     filters = {key: request.GET.get(key, "") for key in ("kind", "conversation", "run")}
-    rows = selectors.artifact_list_for_project(
+    page = selectors.artifact_list_for_project(
         store=store,
         kind=filters["kind"] or None,
         conversation=filters["conversation"] or None,
         run_id=filters["run"] or None,
         state=state,
-        before_id=decode_cursor(request.GET.get("cursor")),
+        cursor=request.GET.get("cursor"),
         limit=PER_PAGE,
     )
     context = {
         "project": project,
         "store": store,
-        "artifacts": rows[:PER_PAGE],
-        "run_links": _run_links(row.origin_run_id for row in rows[:PER_PAGE]),
+        "artifacts": page.items,
+        "run_links": _run_links(row.origin_run_id for row in page.items),
         "filters": filters,
         "state": state,
         "states": selectors.PAGE_STATES,
         "is_admin": role == Membership.Role.ADMIN,
-        "next_cursor": encode_cursor(rows[PER_PAGE - 1].pk) if len(rows) > PER_PAGE else None,
+        "next_cursor": page.next_cursor,
         # A sweep covers every project's store: its figures are the operators' (superusers), not
         # a project's members', who would read other tenants' activity in them.
         "sweeps": SweepRun.objects.order_by("-started_at")[:5] if signed_in_user(request).is_superuser else None,

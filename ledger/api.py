@@ -11,7 +11,6 @@ from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Schema
 from pydantic import Field, field_validator
 
-from footprint_site import pagination
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.exceptions import InvalidParameter
 from footprint_site.http import body_within
@@ -160,12 +159,10 @@ def list_runs(request: HttpRequest, query: Query[RunQuery]) -> HttpResponse:
         has_open_asks=query.has_open_asks,
         text=query.q,
     )
-    runs = selectors.run_list(
-        projects=[project_of(request)], filters=filters, before_id=pagination.decode_cursor(query.cursor), limit=limit
-    )
-    page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs[:limit]]}
-    if len(runs) > limit:
-        page["nextCursor"] = pagination.encode_cursor(runs[limit - 1].pk)
+    runs = selectors.run_list(projects=[project_of(request)], filters=filters, cursor=query.cursor, limit=limit)
+    page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs.items]}
+    if runs.has_more:
+        page["nextCursor"] = runs.next_cursor
     return json_response(page)
 
 
@@ -181,9 +178,9 @@ def list_run_events(request: HttpRequest, run_id: str, after_seq: int = -1, limi
     run = selectors.run_get(project=project_of(request), run_id=run_id)
     events = selectors.run_events_page(run=run, after_seq=after_seq, limit=limit)
     # The stored bodies are already JSON: splice them in rather than re-encoding each one.
-    body = b'{"events":[' + b",".join(e.body.encode() for e in events[:limit]) + b"]"
-    if len(events) > limit:
-        body += b',"nextAfterSeq":' + orjson.dumps(events[limit - 1].seq)
+    body = b'{"events":[' + b",".join(e.body.encode() for e in events.items) + b"]"
+    if events.has_more:
+        body += b',"nextAfterSeq":' + orjson.dumps(events.next_after)
     return HttpResponse(body + b"}", content_type="application/json")
 
 
@@ -305,12 +302,10 @@ def list_asks(request: HttpRequest, query: Query[AskQuery]) -> HttpResponse:
     `nextCursor` back as `cursor` for the next page. No checkpoint is ever listed."""
     limit = max(1, min(query.limit, 200))
     filters = ask_selectors.AskFilter(status=query.status, run_id=query.run, session_id=query.session, kind=query.kind)
-    asks = ask_selectors.ask_list(
-        project=project_of(request), filters=filters, before_id=pagination.decode_cursor(query.cursor), limit=limit
-    )
-    page: dict[str, Any] = {"asks": [ask_as_json(ask) for ask in asks[:limit]]}
-    if len(asks) > limit:
-        page["nextCursor"] = pagination.encode_cursor(asks[limit - 1].pk)
+    asks = ask_selectors.ask_list(project=project_of(request), filters=filters, cursor=query.cursor, limit=limit)
+    page: dict[str, Any] = {"asks": [ask_as_json(ask) for ask in asks.items]}
+    if asks.has_more:
+        page["nextCursor"] = asks.next_cursor
     return json_response(page)
 
 

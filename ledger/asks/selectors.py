@@ -13,6 +13,7 @@ from django.db.models.functions import Now
 
 from artifacts.models import Artifact
 from artifacts.selectors import ArtifactView, artifact_shown, artifacts_referenced, payload_preview
+from footprint_site.pagination import Page, keyset_page
 from ledger.exceptions import AskNotFound
 from ledger.models import Ask, Run, RunEvent, ToolCall
 from tenancy.models import Project
@@ -31,15 +32,12 @@ def ask_get(*, project: Project, ask_id: int) -> Ask:
 _WAITING_FOR_A_PERSON = Q(status=Ask.Status.OPEN) & (Q(deadline__isnull=True) | Q(deadline__gt=Now()))
 
 
-def inbox_open_asks(*, user: User | AnonymousUser, before_id: int | None = None, limit: int = 25) -> list[Ask]:
-    """Asks waiting for a decision in the user's approver projects, newest first, keyset-paged; up to
-    limit + 1 rows."""
+def inbox_open_asks(*, user: User | AnonymousUser, cursor: str | None = None, limit: int = 25) -> Page[Ask]:
+    """A page of asks waiting for a decision in the user's approver projects, newest first, keyset-paged."""
     # Project ids first: with a literal list the planner walks the inbox index and stops at the page.
     project_ids = list(approver_projects(user).values_list("id", flat=True))
     asks = Ask.objects.filter(_WAITING_FOR_A_PERSON, project_id__in=project_ids).select_related("project")
-    if before_id is not None:
-        asks = asks.filter(pk__lt=before_id)
-    return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
+    return keyset_page(asks.defer("checkpoint", "pause_data", "check_in"), order="-pk", cursor=cursor, limit=limit)
 
 
 @dataclass(frozen=True)
@@ -52,8 +50,8 @@ class AskFilter:
     kind: str | None = None
 
 
-def ask_list(*, project: Project, filters: AskFilter, before_id: int | None = None, limit: int = 50) -> list[Ask]:
-    """The project's asks, newest first, keyset-paged; up to limit + 1 rows, without checkpoints."""
+def ask_list(*, project: Project, filters: AskFilter, cursor: str | None = None, limit: int = 50) -> Page[Ask]:
+    """A page of the project's asks, newest first, keyset-paged, without checkpoints."""
     asks = Ask.objects.filter(project=project)
     if filters.status == Ask.Status.OPEN:
         asks = asks.filter(_WAITING_FOR_A_PERSON)
@@ -62,9 +60,7 @@ def ask_list(*, project: Project, filters: AskFilter, before_id: int | None = No
     for field, value in (("run_id", filters.run_id), ("session_id", filters.session_id), ("kind", filters.kind)):
         if value is not None:
             asks = asks.filter(**{field: value})
-    if before_id is not None:
-        asks = asks.filter(pk__lt=before_id)
-    return list(asks.defer("checkpoint", "pause_data", "check_in").order_by("-pk")[: limit + 1])
+    return keyset_page(asks.defer("checkpoint", "pause_data", "check_in"), order="-pk", cursor=cursor, limit=limit)
 
 
 INBOX_COUNT_CAP = 100

@@ -10,7 +10,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
-from footprint_site.pagination import decode_cursor, encode_cursor
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
@@ -28,12 +27,10 @@ COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
 @login_required
 @varies_with_htmx
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
-    asks = ask_selectors.inbox_open_asks(
-        user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=ASKS_PER_PAGE
-    )
+    page = ask_selectors.inbox_open_asks(user=request.user, cursor=request.GET.get("cursor"), limit=ASKS_PER_PAGE)
     context = {
-        "asks": asks[:ASKS_PER_PAGE],
-        "next_cursor": encode_cursor(asks[ASKS_PER_PAGE - 1].pk) if len(asks) > ASKS_PER_PAGE else None,
+        "asks": page.items,
+        "next_cursor": page.next_cursor,
         "first_page": not request.GET.get("cursor"),
     }
     template = "asks/inbox.html" + ("#ask-list" if wants_partial(request) else "")

@@ -11,6 +11,7 @@ from django.db.models import Case, When
 
 from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json_keeping_lone_surrogates, text_copy
+from footprint_site.pagination import Page, keyset_page
 from ledger.audits import verify
 from ledger.audits.verify import ZERO_HASH, verify_bundles, whole_number
 from ledger.exceptions import AuditBundleInvalid
@@ -140,13 +141,11 @@ def audit_bundle_stored_verdict(
 
 
 def audit_bundles_for_user(
-    *, user: User | AnonymousUser, before_id: int | None = None, limit: int = 100
-) -> list[AuditBundle]:
-    """Stored bundles of the user's projects, newest first, keyset-paged; up to limit + 1 rows."""
+    *, user: User | AnonymousUser, cursor: str | None = None, limit: int = 100
+) -> Page[AuditBundle]:
+    """A page of stored bundles of the user's projects, newest first, keyset-paged by id."""
     bundles = AuditBundle.objects.filter(project__in=projects_for_user(user)).select_related("project")
-    if before_id is not None:
-        bundles = bundles.filter(pk__lt=before_id)
-    return list(bundles.defer("body").order_by("-id")[: limit + 1])
+    return keyset_page(bundles.defer("body"), order="-id", cursor=cursor, limit=limit)
 
 
 def audit_bundle_get_for_user(*, user: User | AnonymousUser, bundle_id: int) -> AuditBundle | None:

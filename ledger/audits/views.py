@@ -14,7 +14,6 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from footprint_site.exceptions import ApiError
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
-from footprint_site.pagination import decode_cursor, encode_cursor
 from ledger.audits import selectors
 from ledger.audits.services import audit_bundle_import
 from ledger.forms import AuditBundleUploadForm
@@ -44,12 +43,9 @@ def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
             status = 200
         except ApiError as exc:
             form.add_error("bundle", exc.message)
-    bundles = selectors.audit_bundles_for_user(
-        user=request.user, before_id=decode_cursor(request.GET.get("cursor")), limit=BUNDLES_PER_PAGE
-    )
-    context["bundles"] = bundles[:BUNDLES_PER_PAGE]
-    has_older = len(bundles) > BUNDLES_PER_PAGE
-    context["next_cursor"] = encode_cursor(bundles[BUNDLES_PER_PAGE - 1].pk) if has_older else None
+    page = selectors.audit_bundles_for_user(user=request.user, cursor=request.GET.get("cursor"), limit=BUNDLES_PER_PAGE)
+    context["bundles"] = page.items
+    context["next_cursor"] = page.next_cursor
     if request.method == "GET" and wants_partial(request):
         return render(request, "audits/bundles.html#bundle-page", context)
     return render(request, "audits/bundles.html", context, status=status)

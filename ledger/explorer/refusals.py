@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import BigIntegerField, Case, Count, Min, OuterRef, Q, QuerySet, Subquery, When
 from django_stubs_ext import WithAnnotations
 
+from footprint_site.pagination import Page, keyset_page
 from ledger.exceptions import RefusalNotFound
 from ledger.models import Ask, MiddlewareDecision, Refusal, Run, RunEvent, ToolCall
 from tenancy.selectors import projects_for_user
@@ -81,17 +82,12 @@ def refusal_list(
     *,
     user: User | AnonymousUser,
     filters: RefusalFilter = RefusalFilter(),
-    before_id: int | None = None,
+    cursor: str | None = None,
     limit: int = 50,
-) -> list[Refusal]:
-    """Refusals of the user's projects, newest first, keyset-paged by id (`before_id`).
-
-    Returns up to `limit + 1` rows so the caller can tell whether another page exists.
-    """
+) -> Page[Refusal]:
+    """A page of refusals of the user's projects, newest first, keyset-paged by id."""
     refusals = _refusals_for(user, filters).select_related("run__project")
-    if before_id is not None:
-        refusals = refusals.filter(id__lt=before_id)
-    return list(refusals.order_by("-id")[: limit + 1])
+    return keyset_page(refusals, order="-id", cursor=cursor, limit=limit)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from django.db.models import F, Q, Value
 from django.db.models.fields.json import KeyTransform
 
 from artifacts.models import Artifact
+from footprint_site.pagination import Page, keyset_page, keyset_pages, page_of
 from ledger.audits.integrity_selectors import integrity_check_latest
 from ledger.explorer.refusals import CallWindow, resumed_tool_calls, tool_named_steps
 from ledger.ingest.envelopes import OTLP_RUN_PREFIX
@@ -111,9 +112,10 @@ def _timeline_rows(sql: str, params: dict[str, Any]) -> list[TimelineRow]:
         ]
 
 
-def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PAGE) -> list[TimelineRow]:
-    """Up to `limit + 1` events after `after_seq` in seq order (keyset on the run's seq index)."""
-    return _timeline_rows(_TIMELINE_SQL, {"run": run.pk, "after": after_seq, "limit": limit + 1})
+def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PAGE) -> Page[TimelineRow]:
+    """A page of events after `after_seq` in seq order (keyset on the run's seq index)."""
+    rows = _timeline_rows(_TIMELINE_SQL, {"run": run.pk, "after": after_seq, "limit": limit + 1})
+    return page_of(rows, order="seq", limit=limit)
 
 
 def run_event_get(*, run: Run, position: int) -> RunEvent | None:
@@ -354,13 +356,17 @@ _STAGES = {
 }
 
 
-def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -> list[Dispatch]:
-    """Up to `limit + 1` tool calls of the run (in call order) with every step of their dispatch,
-    in order, including the steps and asks of the run linked to it by a resume for that call
+def run_dispatches(*, run: Run, after_id: int = 0, limit: int = DISPATCH_PAGE) -> Page[Dispatch]:
+    """A page of the run's tool calls (in call order) with every step of their dispatch, in order,
+    including the steps and asks of the run linked to it by a resume for that call
     (`run_resume_links`): never those of another run that merely reused the call id."""
-    calls = list(
-        ToolCall.objects.with_args_and_result().filter(run=run, pk__gt=after_id).order_by("pk")[: limit + 1]
-    )  # pk order is first-seen order
+    page = keyset_page(  # pk order is first-seen order
+        ToolCall.objects.with_args_and_result().filter(run=run), order="pk", after=after_id, limit=limit
+    )
+    return page.map(lambda calls: _dispatches(run, calls))
+
+
+def _dispatches(run: Run, calls: list[ToolCall]) -> list[Dispatch]:
     if not calls:
         return []
     ids = [call.tool_call_id for call in calls]
@@ -447,26 +453,12 @@ class VerdictRow:
     diff: list[DiffLine]
 
 
-def _page_by(lists: list[list[Any]], key: str = "seq") -> tuple[list[list[Any]], int | None]:
-    """Rows of lists ordered by a unique `key` (seq, unless said), each read up to TAB_LIMIT + 1
-    past one value, and the value the next page starts after. Every list is cut at the lowest
-    value any was cut at, so the next page neither repeats nor skips a row of any of them."""
-    cuts = [getattr(rows[TAB_LIMIT - 1], key) for rows in lists if len(rows) > TAB_LIMIT]
-    if not cuts:
-        return lists, None
-    cut = min(cuts)
-    return [[row for row in rows if getattr(row, key) <= cut] for rows in lists], cut
-
-
 def run_verdicts_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's middleware decisions, grouped by moment in the spec's order (others
     after), each with a line diff of before/after where a recording supplied them, and of its
     permission verdicts; `next_after_seq` when more follow."""
-    (decisions, verdicts), next_after_seq = _page_by(
-        [
-            list(run.decisions.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1]),
-            list(run.verdicts.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1]),
-        ]
+    (decisions, verdicts), next_after_seq = keyset_pages(
+        [run.decisions.all(), run.verdicts.all()], order="seq", after=after_seq, limit=TAB_LIMIT
     )
     grouped: dict[str, list[VerdictRow]] = {}
     for decision in decisions:
@@ -504,37 +496,32 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
         _EVENTS_OF_TYPES_SQL,
         {"run": run.pk, "types": list(_ARTIFACT_EVENT_TYPES), "limit": TAB_LIMIT + 1, "after_seq": after_seq},
     )
-    (events,), next_after_seq = _page_by([rows])
-    stored = list(
-        Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id)
-        .defer("origin")
-        .order_by("created_at")[: TAB_LIMIT + 1]
+    events = page_of(rows, order="seq", limit=TAB_LIMIT)
+    # Only the first page of them: the artifact list, filtered by this run, pages the rest.
+    stored = keyset_page(
+        Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id).defer("origin"),
+        order="created_at",
+        limit=TAB_LIMIT,
     )
     return {
-        "artifact_events": events,
-        "next_after_seq": next_after_seq,
-        "stored_artifacts": stored[:TAB_LIMIT],
-        "stored_more": len(stored) > TAB_LIMIT,
+        "artifact_events": events.items,
+        "next_after_seq": events.next_after,
+        "stored_artifacts": stored.items,
+        "stored_more": stored.has_more,
     }
 
 
 def run_refusals_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's refusals in seq order; `next_after_seq` when more follow."""
-    (refusals,), next_after_seq = _page_by(
-        [list(run.refusals.filter(seq__gt=after_seq).order_by("seq")[: TAB_LIMIT + 1])]
-    )
-    return {"refusals": refusals, "next_after_seq": next_after_seq}
+    page = keyset_page(run.refusals.all(), order="seq", after=after_seq, limit=TAB_LIMIT)
+    return {"refusals": page.items, "next_after_seq": page.next_after}
 
 
 def run_asks_page(*, run: Run, after_id: int = 0) -> dict[str, Any]:
     """A page of the run's asks in the order they were opened; `next_after` when more follow."""
-    asks = (
-        Ask.objects.filter(project_id=run.project_id, run_id=run.run_id, pk__gt=after_id)
-        .defer("checkpoint", "pause_data")
-        .order_by("pk")
-    )
-    (rows,), next_after = _page_by([list(asks[: TAB_LIMIT + 1])], key="pk")
-    return {"asks": rows, "next_after": next_after}
+    asks = Ask.objects.filter(project_id=run.project_id, run_id=run.run_id).defer("checkpoint", "pause_data")
+    page = keyset_page(asks, order="pk", after=after_id, limit=TAB_LIMIT)
+    return {"asks": page.items, "next_after": page.next_after}
 
 
 def run_otlp_spans_page(*, run: Run, after_number: int = -1) -> dict[str, Any]:
@@ -543,8 +530,6 @@ def run_otlp_spans_page(*, run: Run, after_number: int = -1) -> dict[str, Any]:
     trace_id = _otlp_trace_id(run)
     if trace_id is None:
         return {"spans": [], "next_after": None}
-    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=trace_id, span_number__gt=after_number)
-    (rows,), next_after = _page_by(
-        [list(spans.defer("raw").order_by("span_number")[: TAB_LIMIT + 1])], key="span_number"
-    )
-    return {"spans": rows, "next_after": next_after}
+    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=trace_id).defer("raw")
+    page = keyset_page(spans, order="span_number", after=after_number, limit=TAB_LIMIT)
+    return {"spans": page.items, "next_after": page.next_after}

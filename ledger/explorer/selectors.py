@@ -8,6 +8,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
+from footprint_site.pagination import Page, keyset_page
 from ledger.exceptions import RunNotFound
 from ledger.models import Ask, Run, RunEvent, RunSearchChunk, ToolCall
 from tenancy.models import Project
@@ -75,13 +76,12 @@ def run_list(
     *,
     projects: QuerySet[Project] | list[Project],
     filters: RunFilter | None = None,
-    before_id: int | None = None,
+    cursor: str | None = None,
     limit: int = 50,
-) -> list[Run]:
-    """Runs of the given projects, newest first, keyset-paged by id (`before_id`).
+) -> Page[Run]:
+    """A page of runs of the given projects, newest first, keyset-paged by id.
 
-    The time range applies to the run's first event. Returns up to `limit + 1` rows so the caller
-    can tell whether another page exists.
+    The time range applies to the run's first event.
     """
     f = filters or RunFilter()
     runs = Run.objects.filter(project__in=projects).select_related("project")
@@ -106,9 +106,7 @@ def run_list(
         runs = runs.filter(Exists(open_asks))
     if f.text:
         runs = _runs_matching_text(runs, f.text, [project.pk for project in projects])
-    if before_id is not None:
-        runs = runs.filter(id__lt=before_id)
-    return list(runs.order_by("-id")[: limit + 1])
+    return keyset_page(runs, order="-id", cursor=cursor, limit=limit)
 
 
 def run_get(*, project: Project, run_id: str) -> Run:
@@ -123,13 +121,13 @@ def run_get(*, project: Project, run_id: str) -> Run:
     return run
 
 
-def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> list[RunEvent]:
-    """Up to `limit + 1` events of the run after `after_seq`, in seq order, with their stored body."""
-    return list(
-        RunEvent.objects.filter(run=run, seq__gt=after_seq)
-        .order_by("seq")
-        .only("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")[: limit + 1]
+def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[RunEvent]:
+    """A page of the run's events after `after_seq`, in seq order, with their stored body. The
+    default -1 still filters: server-authored records have no seq and are not events of this list."""
+    events = RunEvent.objects.filter(run=run).only(
+        "seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id"
     )
+    return keyset_page(events, order="seq", after=after_seq, limit=limit)
 
 
 def run_get_for_user(*, user: User | AnonymousUser, project_slug: str, run_id: str) -> Run:

@@ -7,7 +7,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from footprint_site import pagination
 from footprint_site.pages import (
     HTMX_HEADERS,
     HtmxHttpRequest,
@@ -32,19 +31,14 @@ RUNS_PER_PAGE = 50
 @varies_with_htmx
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
-    runs = selectors.run_list(
+    page = selectors.run_list(
         projects=tenancy_selectors.projects_for_user(request.user),
         filters=form.filters(),
-        before_id=pagination.decode_cursor(request.GET.get("cursor")),
+        cursor=request.GET.get("cursor"),
         limit=RUNS_PER_PAGE,
     )
-    next_cursor = pagination.encode_cursor(runs[RUNS_PER_PAGE - 1].pk) if len(runs) > RUNS_PER_PAGE else None
     template = "ledger/run_list.html" + ("#run-page" if wants_partial(request) else "")
-    return render(
-        request,
-        template,
-        {"runs": runs[:RUNS_PER_PAGE], "next_cursor": next_cursor, "form": form},
-    )
+    return render(request, template, {"runs": page.items, "next_cursor": page.next_cursor, "form": form})
 
 
 def _run_or_404(request: HttpRequest, project_slug: str, run_id: str) -> Run:
@@ -69,21 +63,18 @@ TABS = {
 
 
 def _timeline_context(run: Run, after_seq: int) -> dict[str, object]:
-    rows = run_page.run_timeline_page(run=run, after_seq=after_seq)
-    page = run_page.TIMELINE_PAGE
+    page = run_page.run_timeline_page(run=run, after_seq=after_seq)
     return {
-        "events": rows[:page],
-        "next_after_seq": rows[page - 1].seq if len(rows) > page else None,
+        "events": page.items,
+        "next_after_seq": page.next_after,
         # Reversed once per page: each row's drawer link is this plus its position.
         "events_url": reverse("ledger:run-events", args=[run.project.slug, run.run_id]),
     }
 
 
 def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:
-    dispatches = run_page.run_dispatches(run=run, after_id=after_id)
-    page = run_page.DISPATCH_PAGE
-    more = len(dispatches) > page
-    return {"dispatches": dispatches[:page], "next_dispatch_after": dispatches[page - 1].call.pk if more else None}
+    page = run_page.run_dispatches(run=run, after_id=after_id)
+    return {"dispatches": page.items, "next_dispatch_after": page.next_after}
 
 
 def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:

@@ -11,7 +11,6 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
-from footprint_site.pagination import decode_cursor, encode_cursor
 from ledger.exceptions import RefusalNotFound
 from ledger.explorer import refusals as refusal_selectors
 from ledger.explorer.refusals import RefusalFilter
@@ -51,15 +50,12 @@ class RefusalFilterForm(forms.Form):
 def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RefusalFilterForm(request.GET)
     filters = form.filters()
-    refusals = refusal_selectors.refusal_list(
-        user=request.user,
-        filters=filters,
-        before_id=decode_cursor(request.GET.get("cursor")),
-        limit=REFUSALS_PER_PAGE,
+    page = refusal_selectors.refusal_list(
+        user=request.user, filters=filters, cursor=request.GET.get("cursor"), limit=REFUSALS_PER_PAGE
     )
     context: dict[str, object] = {
-        "refusals": refusals[:REFUSALS_PER_PAGE],
-        "next_cursor": encode_cursor(refusals[REFUSALS_PER_PAGE - 1].pk) if len(refusals) > REFUSALS_PER_PAGE else None,
+        "refusals": page.items,
+        "next_cursor": page.next_cursor,
         "form": form,
         "categories": Refusal.Category.choices,
         "filters": {name: request.GET.get(name, "") for name in FILTER_FIELDS},
