@@ -21,7 +21,7 @@ alike; figures are p50/p99 wall time, Django's CPU time (steadier on a busy mach
 baselines, and the ratio between the largest and the smallest run (a flat cost is near 1).
 BENCH_ANATOMY more requests per page, outside the timings, show where the time goes: queries, SQL
 time, template render CPU, the slowest statement, and its EXPLAIN ANALYZE when the server spends
-more than BENCH_EXPLAIN_MS (5) on it. A page that fails (the run page may be mid-rework) is reported
+more than BENCH_EXPLAIN_MS (5) on it. A page that fails is reported
 and not timed. Nothing asserts on time; every timed page's status and rows are checked.
 
 Seeding goes through the real ingest service, `events_ingest`, in large batches: the three long
@@ -374,15 +374,10 @@ def anatomy(client: Any, case: Case) -> dict[str, Any]:
 
 
 def timeline_page_size() -> int:
-    """Events per timeline page, wherever the run page keeps it (the page is being reworked)."""
-    import importlib
+    """Events per timeline page, as the run page pages them."""
+    from ledger.explorer.run_page import TIMELINE_PAGE
 
-    for module, name in (("ledger.explorer.run_page", "TIMELINE_PAGE"), ("ledger.explorer.views", "EVENTS_PER_PAGE")):
-        with contextlib.suppress(ImportError):
-            size = getattr(importlib.import_module(module), name, None)
-            if isinstance(size, int):
-                return size
-    return 100
+    return TIMELINE_PAGE
 
 
 def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
@@ -390,7 +385,7 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
     from django.test import Client
     from django.urls import get_resolver, reverse
 
-    try:  # the URLconf imports every app's views: mid-rework, one may not import at all
+    try:  # the URLconf imports every app's views: one that does not import serves nothing
         get_resolver().url_patterns  # noqa: B018
         from footprint_site import pagination
         from ledger.explorer import views
@@ -458,7 +453,7 @@ def measure() -> tuple[dict[str, Case], dict[str, list[float]], dict[str, Any]]:
         ('class="run-row"', runs_per_page), "cursor=",
     )  # fmt: skip
 
-    # Probe each page once (it may be mid-rework): a page that fails is reported, not timed; one
+    # Probe each page once: a page that fails is reported, not timed; one
     # that answers with other rows than expected is timed, with the difference noted.
     for case in cases.values():
         try:

@@ -1,9 +1,9 @@
 from django.db import migrations
 
-# Runs stored before session 14 read `running` after a `pause.resume` (a resume runs as a new run,
+# Runs stored before this migration read `running` after a `pause.resume` (a resume runs as a new run,
 # spec §2.4) and `failed` after a listener's `error.fatal` (stage 'observer', spec §4.1); the
 # projection no longer moves a status on either. Such a run gets the status of its latest event
-# that moves one (ledger.projections.STATUS_BY_TYPE), or `running` with none, as on ingestion now.
+# that moves one (ledger.ingest.projections.STATUS_BY_TYPE), or `running` with none, as on ingestion now.
 FORWARD = """
 UPDATE ledger_run AS run SET status = COALESCE(prior.status, 'running'), status_seq = COALESCE(prior.seq, -1)
 FROM ledger_runevent AS moved

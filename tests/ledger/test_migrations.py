@@ -1,7 +1,7 @@
 """The migrations agree with the models; the one that re-keys stored events keeps every event and
 its chain, both ways; the ones to one open ask per session leave each session its latest ask open;
 the one of run statuses undoes what a resume or a listener's error set; anchors signed before the
-digest format keep format 1."""
+digest format keep format 1; moving tenancy out of the ledger app keeps every row."""
 
 from io import StringIO
 from typing import Any
@@ -117,7 +117,7 @@ def test_the_migration_of_run_statuses_undoes_what_a_resume_or_a_listeners_error
             type_, payload = step if isinstance(step, tuple) else (step, None)
             events.append(_event(run_id, seq, type_, payload))
     assert agent_client.ingest(events).status_code == 200
-    # What the projection stored before session 14: the last event moved the status.
+    # What the projection stored before migration 0018: the last event moved the status.
     stored_before = {"resumed": "running", "listener-after-end": "failed", "listener-only": "failed"}
     for run_id, status in stored_before.items():
         Run.objects.filter(run_id=run_id).update(status=status, status_seq=len(runs[run_id]) - 1)
@@ -143,7 +143,9 @@ def test_the_migration_of_run_statuses_keeps_a_failure_whose_error_names_no_stag
         _event("run-failed-turn", 2, "error.fatal", {"stage": "observer", "message": "a listener threw"}),
     ]
     assert agent_client.ingest(events).status_code == 200
-    Run.objects.filter(run_id="run-failed-turn").update(status="failed", status_seq=2)  # as stored before session 14
+    Run.objects.filter(run_id="run-failed-turn").update(
+        status="failed", status_seq=2
+    )  # as stored before migration 0018
     try:
         _migrate(("ledger", "0017_ask_paused_at_and_superseded_by_latest"))
     finally:
@@ -216,3 +218,74 @@ def test_the_migration_of_call_ids_files_an_overlong_one_as_verify_now_derives_i
         _migrate()
     assert RunEvent.objects.get(run__run_id="long-call").tool_call_id is None
     assert agent_client.get("/api/v1/runs/long-call/verify").json()["valid"] is True
+
+
+BEFORE_TENANCY = ("tenancy", None)  # projects, keys and memberships still in the ledger app
+
+
+@pytest.mark.django_db(transaction=True)
+def test_moving_tenancy_out_of_the_ledger_keeps_every_row_key_role_and_permission() -> None:
+    """An upgrade from the schema where Project, AgentKey and Membership were ledger models: the
+    rows stay in their tables, keys still authenticate, roles still hold, runs and artifact stores
+    still point at their projects, and permissions granted on the models follow them."""
+    from django.contrib.auth.models import Permission, User
+    from django.contrib.contenttypes.models import ContentType
+
+    from artifacts.models import ArtifactStore
+    from tenancy.models import Membership, Project
+    from tenancy.selectors import agent_key_get_by_secret, role_of
+    from tenancy.services import hash_secret
+
+    secret = "afk_upgrade-" + "x" * 40
+    try:
+        _migrate(BEFORE_TENANCY)
+        ContentType.objects.clear_cache()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT app_label FROM django_content_type WHERE model = 'project' AND app_label <> 'admin'")
+            assert [label for (label,) in cursor.fetchall()] == ["ledger"]
+            cursor.execute(
+                "INSERT INTO ledger_project (slug, name, created_at) VALUES ('old', 'Old', now()) RETURNING id"
+            )
+            (project_id,) = cursor.fetchone()
+            cursor.execute(
+                "INSERT INTO ledger_agentkey (project_id, name, prefix, secret_hash, scopes, created_at)"
+                " VALUES (%s, 'agent', 'afk_upgr', %s, ARRAY['ingest','read'], now())",
+                [project_id, hash_secret(secret)],
+            )
+            cursor.execute(
+                "INSERT INTO auth_user (username, password, is_superuser, first_name, last_name, email, is_staff,"
+                " is_active, date_joined) VALUES ('rita', '!', false, '', '', '', true, true, now()) RETURNING id"
+            )
+            (user_id,) = cursor.fetchone()
+            cursor.execute(
+                "INSERT INTO ledger_membership (user_id, project_id, role) VALUES (%s, %s, 'approver')",
+                [user_id, project_id],
+            )
+            cursor.execute(
+                "INSERT INTO ledger_run (project_id, run_id, composition_path, source, status, status_seq, tokens_in,"
+                " tokens_out, iterations, tool_call_count, refusal_count, event_count, max_seq, chain_length,"
+                " head_hash) VALUES (%s, 'old-run', '[]', 'events', 'running', -1, 0, 0, 0, 0, 0, 0, -1, 0, %s)",
+                [project_id, bytes(32)],
+            )
+            cursor.execute(
+                "INSERT INTO auth_user_user_permissions (user_id, permission_id) SELECT %s, p.id FROM auth_permission p"
+                " JOIN django_content_type c ON c.id = p.content_type_id"
+                " WHERE c.app_label = 'ledger' AND p.codename = 'view_project'",
+                [user_id],
+            )
+    finally:
+        _migrate()
+        ContentType.objects.clear_cache()
+
+    project = Project.objects.get(slug="old")
+    key = agent_key_get_by_secret(secret=secret)
+    assert key is not None
+    assert (key.project, key.scopes) == (project, ["ingest", "read"])
+    user = User.objects.get(username="rita")
+    assert role_of(user=user, project=project) == Membership.Role.APPROVER
+    assert Run.objects.get(run_id="old-run").project == project
+    assert ArtifactStore.objects.create(project=project).project == project
+    assert ContentType.objects.get_for_model(Project).app_label == "tenancy"
+    assert not ContentType.objects.filter(app_label="ledger", model__in=["project", "agentkey", "membership"]).exists()
+    assert user.has_perm("tenancy.view_project")
+    assert Permission.objects.filter(codename="view_project", content_type__app_label="tenancy").count() == 1
