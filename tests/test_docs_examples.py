@@ -3,9 +3,10 @@ server started as `make run` starts it (its own database, data directory and por
 
 Each file's runnable blocks (```sh, ```bash, ```console) run in order in one bash session
 (`set -euo pipefail`), so a variable a block uses must be set by an earlier line of the same file.
-A block right after `<!-- not run: why -->` is skipped, and reported as a skipped test with that
-reason. A curl answer other than 2xx fails the example unless the paragraph right before its block
-says to expect that status ("expect 409 …").
+A block right after `<!-- not run: why -->` is not run (a server of its own, the suite itself, an
+install): the marker must give its reason, and every other block runs. A curl answer other than
+2xx fails the example unless the paragraph right before its block says to expect that status
+("expect 409 …").
 """
 
 import os
@@ -136,9 +137,10 @@ def test_every_example_is_found_and_marked_deliberately() -> None:
             assert not PLACEHOLDER.search(block.code), f"{block.name} holds a placeholder: {block.code}"
 
 
-@pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.skip_reason], ids=lambda b: b.name)
-def test_examples_marked_not_run(block: Block) -> None:
-    pytest.skip(f"{block.name} not run: {block.skip_reason}")
+def test_every_example_not_run_says_why() -> None:
+    not_run = [block for block in ALL_BLOCKS if block.skip_reason is not None]
+    assert all(len(block.skip_reason or "") >= 10 for block in not_run), [b.name for b in not_run]
+    assert len(not_run) < len(ALL_BLOCKS) / 2, "most examples are marked not run: the test would prove little"
 
 
 @pytest.fixture(scope="module")
@@ -222,11 +224,12 @@ def server(database_url: str) -> Iterator[dict[str, str]]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: str(d.relative_to(PROJECT_ROOT)))
+RUNNABLE = [d for d in DOCUMENTS if any(b.skip_reason is None for b in shell_blocks(d))]
+
+
+@pytest.mark.parametrize("document", RUNNABLE, ids=lambda d: str(d.relative_to(PROJECT_ROOT)))
 def test_shell_examples_run(document: Path, server: dict[str, str]) -> None:
     blocks = [b for b in shell_blocks(document) if b.skip_reason is None]
-    if not blocks:
-        pytest.skip(f"{document.name} has no runnable shell example")
     result = subprocess.run(
         ["bash", "-c", script_of(blocks)],
         cwd=PROJECT_ROOT,
