@@ -1,13 +1,17 @@
-"""Schemas of the ledger API, for the OpenAPI document and for reads.
+"""Schemas of the ledger API: what the operations answer, and the fields their inputs may carry.
 
 Ingestion bodies are parsed by `ledger.envelopes` (hand validation on the hot path); the request
-schemas below describe them for the OpenAPI document.
+schemas below describe them for the OpenAPI document. Output schemas are what ninja serialises
+each answer through, so the OpenAPI document is what the server answers. Operations whose keys
+are absent rather than null declare `exclude_unset=True` and leave those fields unset.
 """
 
-from typing import Any
+from typing import Any, TypeVar
 
+import pydantic
 from ninja import Schema
-from pydantic import Field
+from ninja.errors import ValidationError
+from pydantic import ConfigDict, Field
 
 EVENT_BATCH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -55,7 +59,64 @@ RECORDING_SCHEMA: dict[str, Any] = {
 }
 
 
+class StrictIn(Schema):
+    """An input that names a field it does not know rather than ignoring it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+In = TypeVar("In", bound=StrictIn)
+
+
+class BodyInvalid(ValidationError):
+    """A JSON body that does not fit its schema, answered with the operation's own error code
+    (the API's one ValidationError handler writes the `{error, code, detail}` answer)."""
+
+    def __init__(self, errors: list[dict[str, Any]], *, code: str, status: int = 422) -> None:
+        super().__init__(errors)
+        self.code = code
+        self.status = status
+
+
+def body_fields(schema: type[In], document: dict[str, Any], *, code: str) -> In:
+    """The body's fields checked against `schema`; BodyInvalid names any field it does not know.
+    The values sent are left out of the answer: a field may carry what the client keeps secret."""
+    try:
+        return schema.model_validate(document)
+    except pydantic.ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise BodyInvalid([dict(e) for e in errors], code=code) from None
+
+
+class AskIn(StrictIn):
+    """POST /asks: the paused outcome plus runId. `ask_open` checks each value, in its own words."""
+
+    runId: Any = None
+    sessionId: Any = None
+    pauseData: Any = None
+    ask: Any = None
+    checkIn: Any = None
+    checkpoint: Any = None
+    deadline: Any = None
+    onTimeout: Any = None
+    pausedAtMs: Any = None
+    paused: Any = None
+
+
+class DecisionIn(StrictIn):
+    """POST /asks/{id}/decision; the operation checks each value, in its own words."""
+
+    approved: Any = None
+    by: Any = None
+    note: Any = None
+    value: Any = None
+
+
 class ErrorOut(Schema):
+    """A sentence and a stable code; some errors add what they are about (`limit`, `detail`, …)."""
+
+    model_config = ConfigDict(extra="allow")
+
     error: str
     code: str
 
@@ -114,3 +175,59 @@ class VerifyOut(Schema):
     recordsChecked: int
     brokenAt: int | None = None
     reason: str | None = None
+
+
+class AuditVerdictOut(Schema):
+    """The framework's verifyAuditBundle answer, plus this server's `continuity` of segments."""
+
+    model_config = ConfigDict(extra="allow")
+
+    valid: bool
+    recordsChecked: int
+    brokenAt: int | None = None
+    reason: str | None = None
+
+
+class AuditBundleStoredOut(AuditVerdictOut):
+    id: int
+
+
+class AuditBundleOut(Schema):
+    """An agentfootprint.audit/1 bundle: header, chained records, final hash."""
+
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+    finalHash: str
+
+
+class AskOut(Schema):
+    id: int
+    runId: str
+    toolCallId: str
+    kind: str
+    status: str
+    createdAt: str | None
+    onTimeout: str
+    toolName: str | None = None
+    sessionId: str | None = None
+    question: str | None = None
+    middleware: str | None = None
+    deadline: str | None = None
+    supersededBy: int | None = None
+    decision: dict[str, Any] | None = Field(None, description="absent until decided")
+    checkpoint: Any = Field(None, description="only for the key that posted the ask")
+
+
+class AskAnswerOut(Schema):
+    ask: AskOut
+
+
+class AskListOut(Schema):
+    asks: list[AskOut]
+    nextCursor: str | None = None
+
+
+class DecisionOut(Schema):
+    status: str = Field(description="open or decided")
+    decision: dict[str, Any] | None = Field(None, description="present once decided")
+    retryAfterMs: int | None = Field(None, description="present when no wait slot was free: ask again after it")
