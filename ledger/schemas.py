@@ -177,18 +177,14 @@ class VerifyOut(Schema):
     reason: str | None = None
 
 
-class AuditVerdictOut(Schema):
-    """The framework's verifyAuditBundle answer, plus this server's `continuity` of segments."""
-
-    model_config = ConfigDict(extra="allow")
+class AuditBundleStoredOut(Schema):
+    """The framework's verifyAuditBundle answer, with where the bundle joins the stored chain."""
 
     valid: bool
     recordsChecked: int
     brokenAt: int | None = None
     reason: str | None = None
-
-
-class AuditBundleStoredOut(AuditVerdictOut):
+    continuity: dict[str, Any] = Field(description="state: genesis, continues, broken or unanchored")
     id: int
 
 
