@@ -208,7 +208,9 @@ def verify_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
 ASK_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["runId", "pauseData"],
+    "additionalProperties": False,  # AskIn refuses what it does not name
     "properties": {
+        "paused": {"description": "the paused outcome's own flag, accepted and not stored"},
         "runId": {"type": "string", "minLength": 1},
         "sessionId": {"type": "string"},
         "pauseData": {"type": "object", "required": ["toolCallId"]},

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from footprint_site.api import api
+from ledger.schemas import AskIn
 from tests.conftest import DATA, ApiClient, load_fixture
 from tests.ledger.ask_helpers import b_body, plain_body
 
@@ -62,14 +63,14 @@ class Recorder:
 
     def call(self, method: str, route: str, *, body: Any = None, status: int, **values: Any) -> Any:
         path = PREFIX + route.format(**values)
-        headers = {"HTTP_AF_SCOPE": AF_SCOPE}
+        headers = {"AF-Scope": AF_SCOPE}
         if method == "get":
-            response = self.client.get(path, **headers)
+            response = self.client.get(path, headers=headers)
         elif method == "delete":
-            response = self.client.delete(path, **headers)
+            response = self.client.delete(path, headers=headers)
         else:
             raw = body if isinstance(body, bytes) else orjson.dumps(body)
-            response = self.client.post(path, raw, content_type="application/json", **headers)
+            response = self.client.post(path, raw, content_type="application/json", headers=headers)
         assert response.status_code == status, (method, path, response.content)
         answer = response.json() if response.content else None
         self.answers.append((method, route, status, answer))
@@ -156,3 +157,9 @@ def test_no_2xx_answer_is_documented_as_an_untyped_object(document):
             if "$ref" in schema:
                 schema = schemas[schema["$ref"].rsplit("/", 1)[-1]]
             assert schema.get("properties"), f"{method.upper()} {route} {status} is documented as {schema}"
+
+
+def test_the_documented_ask_body_names_the_fields_the_server_takes(document):
+    body = document["paths"][f"{PREFIX}/asks"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == set(AskIn.model_fields)
+    assert body["additionalProperties"] is False
