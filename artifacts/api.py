@@ -4,20 +4,28 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from artifacts import selectors, services
 from artifacts.exceptions import ArtifactBodyTooLarge, InvalidArtifact, InvalidWants
 from artifacts.models import ArtifactStore
 from artifacts.payloads import payload_out
+from artifacts.schemas import (
+    ArtifactListOut,
+    ArtifactOut,
+    ArtifactPutIn,
+    CapabilitiesOut,
+    MetaOut,
+    PutOut,
+    ResolveOut,
+)
 from artifacts.scopes import Scope, scope_from_header
 from artifacts.wants import wants_resolve
 from footprint_site.auth import AgentKeyAuth, project_of
 from footprint_site.exceptions import BodyTooLarge
 from footprint_site.http import body_within
 from footprint_site.lib.jsonbody import parse_json_encoded_as_javascript
-from footprint_site.responses import json_response
-from ledger.schemas import ErrorOut
+from footprint_site.schemas import ErrorOut, body_fields
 
 router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))  # /api/v1/artifacts: the spec's /af/v1/artifacts
 # The spec's /af/v1/capabilities and /af/v1/wants:resolve, beside /artifacts rather than under it,
@@ -35,7 +43,6 @@ ERRORS = {
     500: ErrorOut,
     503: ErrorOut,
 }
-PUT_FIELDS = {"kind", "mediaType", "label", "digest", "expiresAt", "origin", "parentRefs", "payload"}
 SCOPE_HEADER = {
     "parameters": [
         {
@@ -64,8 +71,9 @@ def _json_body(request: HttpRequest) -> Any:
     return parse_json_encoded_as_javascript(body_within(request, settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES))
 
 
-@router.post("", response={201: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
-def put_artifact(request: HttpRequest) -> HttpResponse:
+# Metas leave out what an artifact does not have (label, expiresAt, …) rather than answer null.
+@router.post("", response={201: PutOut, **ERRORS}, openapi_extra=SCOPE_HEADER, exclude_unset=True)
+def put_artifact(request: HttpRequest) -> Status[dict[str, Any]]:
     """Mint an artifact. `payload.value` is the text, the exact JSON text, or base64 bytes."""
     try:
         document = _json_body(request)
@@ -78,27 +86,25 @@ def put_artifact(request: HttpRequest) -> HttpResponse:
         ) from None
     if not isinstance(document, dict):
         raise InvalidArtifact("the body must be a JSON object {kind, mediaType, payload, …}.")
-    unknown = document.keys() - PUT_FIELDS
-    if unknown:
-        raise InvalidArtifact(f"unknown fields: {', '.join(sorted(unknown))}.")
+    fields = body_fields(ArtifactPutIn, document, code=InvalidArtifact.code)
     spec = services.PutInput(
-        kind=document.get("kind"),
-        media_type=document.get("mediaType"),
-        payload=document.get("payload"),
-        label=document.get("label"),
-        digest=document.get("digest"),
-        expires_at=document.get("expiresAt"),
-        origin=document.get("origin"),
-        parent_refs=document.get("parentRefs"),
-        present=set(document),
+        kind=fields.kind,
+        media_type=fields.mediaType,
+        payload=fields.payload,
+        label=fields.label,
+        digest=fields.digest,
+        expires_at=fields.expiresAt,
+        origin=fields.origin,
+        parent_refs=fields.parentRefs,
+        present=set(fields.model_fields_set),
     )
     store, scope = _store_and_scope(request)
     meta, swept = services.artifact_put(store=store, scope=scope, spec=spec)
-    return json_response({"meta": meta, "swept": [s.as_json() for s in swept]}, status=201)
+    return Status(201, {"meta": meta, "swept": [s.as_json() for s in swept]})
 
 
-@store_router.get("/capabilities", response={200: dict[str, Any], **ERRORS})
-def get_capabilities(request: HttpRequest) -> HttpResponse:
+@store_router.get("/capabilities", response={200: CapabilitiesOut, **ERRORS}, exclude_unset=True)
+def get_capabilities(request: HttpRequest) -> dict[str, Any]:
     """What this store does. Streaming is absent: payloads live inline in PostgreSQL."""
     store = _store(request)
     retention = {
@@ -111,24 +117,24 @@ def get_capabilities(request: HttpRequest) -> HttpResponse:
         )
         if value is not None
     }
-    return json_response(
-        {
-            "putStream": False,
-            "getStream": False,
-            "maxListLimit": selectors.MAX_LIST_LIMIT,
-            "defaultListLimit": selectors.DEFAULT_LIST_LIMIT,
-            "retention": retention,
-            "evictionOrder": "oldest",
-            "digestAlgorithms": ["sha-256"],
-            "payloadShapes": ["text", "json", "binary"],
-            "maxRequestBytes": settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES,
-            "resolve": True,
-        }
-    )
+    return {
+        "putStream": False,
+        "getStream": False,
+        "maxListLimit": selectors.MAX_LIST_LIMIT,
+        "defaultListLimit": selectors.DEFAULT_LIST_LIMIT,
+        "retention": retention,
+        "evictionOrder": "oldest",
+        "digestAlgorithms": ["sha-256"],
+        "payloadShapes": ["text", "json", "binary"],
+        "maxRequestBytes": settings.FOOTPRINT_MAX_ARTIFACT_REQUEST_BYTES,
+        "resolve": True,
+    }
 
 
-@store_router.post("/wants:resolve", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
-def resolve_wants(request: HttpRequest) -> HttpResponse:
+@store_router.post(
+    "/wants:resolve", response={200: ResolveOut, **ERRORS}, openapi_extra=SCOPE_HEADER, exclude_unset=True
+)
+def resolve_wants(request: HttpRequest) -> dict[str, Any]:
     """Resolve a tool's `wants` exactly as the framework's dispatch does, refusals word for word."""
     document = _json_body(request)
     if not isinstance(document, dict) or not isinstance(document.get("toolName"), str):
@@ -142,35 +148,35 @@ def resolve_wants(request: HttpRequest) -> HttpResponse:
         args=document.get("args"),
         input_schema=document.get("inputSchema"),
     )
-    return json_response(result)
+    return result
 
 
-@router.get("", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
+@router.get("", response={200: ArtifactListOut, **ERRORS}, openapi_extra=SCOPE_HEADER, exclude_unset=True)
 def list_artifacts(
     request: HttpRequest, limit: float | None = Query(None, allow_inf_nan=False), cursor: str | None = None
-) -> HttpResponse:
+) -> dict[str, Any]:
     """The scope's live artifacts, newest first, metadata only (limit rounded down, 1 to 200; opaque cursor)."""
     store, scope = _store_and_scope(request)
     page, next_cursor = selectors.artifact_list(store=store, scope=scope, limit=limit, cursor=cursor)
     body: dict[str, Any] = {"artifacts": [a.meta() for a in page]}
     if next_cursor:
         body["cursor"] = next_cursor
-    return json_response(body)
+    return body
 
 
-@router.get("/{ref}/meta", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
-def head_artifact(request: HttpRequest, ref: str) -> HttpResponse:
+@router.get("/{ref}/meta", response={200: MetaOut, **ERRORS}, openapi_extra=SCOPE_HEADER, exclude_unset=True)
+def head_artifact(request: HttpRequest, ref: str) -> dict[str, Any]:
     store, scope = _store_and_scope(request)
     artifact = selectors.artifact_head(store=store, scope=scope, ref=ref)
-    return json_response({"meta": artifact.meta()})
+    return {"meta": artifact.meta()}
 
 
-@router.get("/{ref}", response={200: dict[str, Any], **ERRORS}, openapi_extra=SCOPE_HEADER)
-def get_artifact(request: HttpRequest, ref: str) -> HttpResponse:
+@router.get("/{ref}", response={200: ArtifactOut, **ERRORS}, openapi_extra=SCOPE_HEADER, exclude_unset=True)
+def get_artifact(request: HttpRequest, ref: str) -> dict[str, Any]:
     """Meta and payload; refuses (500 ERR_ARTIFACT_INTEGRITY) bytes that no longer match their digest."""
     store, scope = _store_and_scope(request)
     artifact, body = selectors.artifact_get(store=store, scope=scope, ref=ref)
-    return json_response({"meta": artifact.meta(), "payload": payload_out(artifact.payload_shape, body)})
+    return {"meta": artifact.meta(), "payload": payload_out(artifact.payload_shape, body)}
 
 
 @router.delete("/{ref}", response={204: None, **ERRORS}, openapi_extra=SCOPE_HEADER)

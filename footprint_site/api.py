@@ -1,16 +1,33 @@
 """The JSON API under /api/v1: agent keys in, `{error, code}` sentences out when anything is wrong."""
 
+from typing import Any
+
+import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
+from ninja.renderers import BaseRenderer
 
 from footprint_site.auth import AuthThrottled, ScopeMissing
 from footprint_site.exceptions import ApiError
 from footprint_site.responses import json_response
+from footprint_site.schemas import BodyInvalid
 from tenancy.models import AgentKey
 
+
+class OrjsonRenderer(BaseRenderer):
+    """orjson, as `json_response` writes: the same bytes, and stored JSON text (orjson.Fragment)
+    that an answer carries is written verbatim."""
+
+    media_type = "application/json"
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return orjson.dumps(data)
+
+
 api = NinjaAPI(
+    renderer=OrjsonRenderer(),
     title="Footprint ledger",
     version="1",
     urls_namespace="api",
@@ -72,9 +89,19 @@ def scope_missing(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
     return json_response({"error": message, "code": "ERR_SCOPE"}, status=403)
 
 
+def _field(error: dict[str, Any]) -> str:
+    name = ".".join(str(p) for p in error.get("loc", ()))
+    return f"{name} (not a field of this body)" if error.get("type") == "extra_forbidden" else name
+
+
 @api.exception_handler(ValidationError)
 def invalid_parameters(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    fields = ", ".join(".".join(str(p) for p in e.get("loc", ())) for e in exc.errors)
+    """Every input that does not fit its schema, parameters or body: one `{error, code, detail}`
+    answer naming the fields; a body's carries its operation's own code (ERR_INVALID_ASK, …)."""
+    fields = ", ".join(_field(e) for e in exc.errors)
+    if isinstance(exc, BodyInvalid):
+        body = {"error": f"Invalid body: {fields}.", "code": exc.code, "detail": exc.errors}
+        return json_response(body, status=exc.status)
     return json_response(
         {
             "error": f"Invalid request parameters: {fields}.",

@@ -8,7 +8,7 @@ import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.dateparse import parse_datetime
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Status
 from pydantic import Field, field_validator
 
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
@@ -17,6 +17,7 @@ from footprint_site.http import body_within
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
 from footprint_site.responses import json_response
+from footprint_site.schemas import ErrorOut, StrictIn, body_fields
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.asks import waits
@@ -33,7 +34,13 @@ from ledger.models import Ask, Run
 from ledger.schemas import (
     EVENT_BATCH_SCHEMA,
     RECORDING_SCHEMA,
-    ErrorOut,
+    AskAnswerOut,
+    AskIn,
+    AskListOut,
+    AuditBundleOut,
+    AuditBundleStoredOut,
+    DecisionIn,
+    DecisionOut,
     EventsPageOut,
     IngestOut,
     RecordingOut,
@@ -83,14 +90,15 @@ def ingest_events(request: HttpRequest) -> HttpResponse:
     response={200: RecordingOut, 201: RecordingOut, **ERRORS},
     auth=AgentKeyAuth("ingest"),
     openapi_extra=_body_schema(RECORDING_SCHEMA),
+    exclude_unset=True,  # gapsTruncated only when true
 )
-def ingest_recording(request: HttpRequest) -> HttpResponse:
+def ingest_recording(request: HttpRequest) -> Status[dict[str, Any]]:
     """Store an agentfootprint.recording.v1 envelope; 201 the first time, 200 when already stored."""
     key = agent_key_of(request)
     receipt, created = recordings.recording_ingest(
         project=key.project, body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES), key=key
     )
-    return json_response({"run": receipt.as_json(), "stored": created}, status=201 if created else 200)
+    return Status(201 if created else 200, {"run": receipt.as_json(), "stored": created})
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -124,7 +132,7 @@ def run_as_json(run: Run) -> dict[str, Any]:
     return out
 
 
-class RunQuery(Schema):
+class RunQuery(StrictIn):
     session: str | None = None
     status: Run.Status | None = None
     agent: str | None = None
@@ -143,8 +151,9 @@ class RunQuery(Schema):
         return None if value is None else to_utc(value)
 
 
-@router.get("/runs", response={200: RunListOut, **ERRORS}, auth=AgentKeyAuth("read"))
-def list_runs(request: HttpRequest, query: Query[RunQuery]) -> HttpResponse:
+# Runs and asks leave out what they do not have (sessionId, deadline, …) rather than answer null.
+@router.get("/runs", response={200: RunListOut, **ERRORS}, auth=AgentKeyAuth("read"), exclude_unset=True)
+def list_runs(request: HttpRequest, query: Query[RunQuery]) -> dict[str, Any]:
     """Runs of the key's project, newest first; pass `nextCursor` back as `cursor` for the next page.
     `q` searches the runs' event payloads (PostgreSQL full-text search)."""
     limit = max(1, min(query.limit, 200))
@@ -163,12 +172,12 @@ def list_runs(request: HttpRequest, query: Query[RunQuery]) -> HttpResponse:
     page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs.items]}
     if runs.has_more:
         page["nextCursor"] = runs.next_cursor
-    return json_response(page)
+    return page
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, auth=AgentKeyAuth("read"))
-def get_run(request: HttpRequest, run_id: str) -> HttpResponse:
-    return json_response(run_as_json(selectors.run_get(project=project_of(request), run_id=run_id)))
+@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, auth=AgentKeyAuth("read"), exclude_unset=True)
+def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    return run_as_json(selectors.run_get(project=project_of(request), run_id=run_id))
 
 
 @router.get("/runs/{run_id}/events", response={200: EventsPageOut, **ERRORS}, auth=AgentKeyAuth("read"))
@@ -184,11 +193,11 @@ def list_run_events(request: HttpRequest, run_id: str, after_seq: int = -1, limi
     return HttpResponse(body + b"}", content_type="application/json")
 
 
-@router.get("/runs/{run_id}/verify", response={200: VerifyOut, **ERRORS}, auth=AgentKeyAuth("read"))
-def verify_run(request: HttpRequest, run_id: str) -> HttpResponse:
+@router.get("/runs/{run_id}/verify", response={200: VerifyOut, **ERRORS}, auth=AgentKeyAuth("read"), exclude_unset=True)
+def verify_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """Re-check the run's hash chain; names the first record whose stored content no longer matches."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return json_response(integrity_selectors.run_chain_verify(run=run).as_json())
+    return integrity_selectors.run_chain_verify(run=run).as_json()
 
 
 # --- asks ----------------------------------------------------------------------------------------
@@ -196,7 +205,9 @@ def verify_run(request: HttpRequest, run_id: str) -> HttpResponse:
 ASK_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["runId", "pauseData"],
+    "additionalProperties": False,  # AskIn refuses what it does not name
     "properties": {
+        "paused": {"description": "the paused outcome's own flag, accepted and not stored"},
         "runId": {"type": "string", "minLength": 1},
         "sessionId": {"type": "string"},
         "pauseData": {"type": "object", "required": ["toolCallId"]},
@@ -212,8 +223,6 @@ ASK_SCHEMA: dict[str, Any] = {
         },
     },
 }
-ASK_KEYS = frozenset(ASK_SCHEMA["properties"]) | {"paused"}
-DECISION_KEYS = frozenset({"approved", "by", "note", "value"})
 
 
 def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
@@ -259,34 +268,32 @@ def _parse_deadline(value: Any) -> datetime | None:
 
 @router.post(
     "/asks",
-    response={200: dict[str, Any], 201: dict[str, Any], **ERRORS},
+    response={200: AskAnswerOut, 201: AskAnswerOut, **ERRORS},
     auth=AgentKeyAuth("asks"),
     openapi_extra=_body_schema(ASK_SCHEMA),
+    exclude_unset=True,
 )
-def open_ask(request: HttpRequest) -> HttpResponse:
+def open_ask(request: HttpRequest) -> Status[dict[str, Any]]:
     """Open the ask of a paused run (idempotent per run and tool call: a re-post answers with the same ask)."""
     document = parse_json(body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES))
     if not isinstance(document, dict) or not isinstance(document.get("runId"), str) or not document["runId"]:
         raise AskInvalid("The body is the paused outcome plus runId: {runId, pauseData, checkpoint?, deadline?, …}.")
-    unknown = document.keys() - ASK_KEYS
-    if unknown:
-        raise AskInvalid(f"Unknown fields: {', '.join(sorted(unknown))}.")
-    checkpoint = document.get("checkpoint")
+    fields = body_fields(AskIn, document, code=AskInvalid.code)
     ask, created = ask_services.ask_open(
         project=project_of(request),
         key=agent_key_of(request),
-        run_id=document["runId"],
-        session_id=document.get("sessionId"),
-        pause_data=document.get("pauseData"),
-        checkpoint=orjson.dumps(checkpoint) if checkpoint is not None else None,
-        deadline=_parse_deadline(document.get("deadline")),
-        on_timeout=document.get("onTimeout", "decline"),
-        paused_at_ms=document.get("pausedAtMs"),
+        run_id=fields.runId,
+        session_id=fields.sessionId,
+        pause_data=fields.pauseData,
+        checkpoint=orjson.dumps(fields.checkpoint) if fields.checkpoint is not None else None,
+        deadline=_parse_deadline(fields.deadline),
+        on_timeout=document.get("onTimeout", "decline"),  # an explicit null is the service's to refuse
+        paused_at_ms=fields.pausedAtMs,
     )
-    return json_response({"ask": ask_as_json(ask)}, status=201 if created else 200)
+    return Status(201 if created else 200, {"ask": ask_as_json(ask)})
 
 
-class AskQuery(Schema):
+class AskQuery(StrictIn):
     status: Ask.Status | None = None
     run: str | None = None
     session: str | None = None
@@ -295,8 +302,8 @@ class AskQuery(Schema):
     limit: int = 50
 
 
-@router.get("/asks", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks", "decide"))
-def list_asks(request: HttpRequest, query: Query[AskQuery]) -> HttpResponse:
+@router.get("/asks", response={200: AskListOut, **ERRORS}, auth=AgentKeyAuth("asks", "decide"), exclude_unset=True)
+def list_asks(request: HttpRequest, query: Query[AskQuery]) -> dict[str, Any]:
     """Asks of the key's project, newest first, for an integration that decides them (a `decide`
     key) or an agent; `status=open` lists those waiting for a decision, as the inbox does. Pass
     `nextCursor` back as `cursor` for the next page. No checkpoint is ever listed."""
@@ -306,15 +313,17 @@ def list_asks(request: HttpRequest, query: Query[AskQuery]) -> HttpResponse:
     page: dict[str, Any] = {"asks": [ask_as_json(ask) for ask in asks.items]}
     if asks.has_more:
         page["nextCursor"] = asks.next_cursor
-    return json_response(page)
+    return page
 
 
-@router.get("/asks/{ask_id}", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks", "decide"))
-def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
+@router.get(
+    "/asks/{ask_id}", response={200: AskAnswerOut, **ERRORS}, auth=AgentKeyAuth("asks", "decide"), exclude_unset=True
+)
+def get_ask(request: HttpRequest, ask_id: int) -> dict[str, Any]:
     """The ask; its checkpoint is included only for the key that posted it."""
     ask = ask_selectors.ask_get(project=project_of(request), ask_id=ask_id)
     mine = ask.posted_by_key_id is not None and ask.posted_by_key_id == agent_key_of(request).pk
-    return json_response({"ask": ask_as_json(ask, with_checkpoint=mine)})
+    return {"ask": ask_as_json(ask, with_checkpoint=mine)}
 
 
 # How long a client whose wait found no free slot waits before asking again: the waits it queues
@@ -322,8 +331,10 @@ def get_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
 WAITS_FULL_RETRY_MS = 2000
 
 
-@router.get("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("asks"))
-def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> HttpResponse:
+@router.get(
+    "/asks/{ask_id}/decision", response={200: DecisionOut, **ERRORS}, auth=AgentKeyAuth("asks"), exclude_unset=True
+)
+def wait_for_decision(request: HttpRequest, response: HttpResponse, ask_id: int, wait: float = 0) -> dict[str, Any]:
     """The decision, at once when made; with `wait` (≤ 55 s) the request is held open until it is.
     409 `ERR_ASK_SUPERSEDED` once the ask's session paused again: no run waits on it (it opens
     again only if a late pause event shows it was the session's latest after all). A wait this
@@ -335,19 +346,18 @@ def wait_for_decision(request: HttpRequest, ask_id: int, wait: float = 0) -> Htt
     try:
         ask = waits.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, waits.ASK_WAIT_MAX_SECONDS)))
     except WaitsFull:  # every thread this process may hold waits: ask again shortly
-        response = json_response({"status": "open", "retryAfterMs": WAITS_FULL_RETRY_MS})
         response["Retry-After"] = str(WAITS_FULL_RETRY_MS // 1000)
-        return response
+        return {"status": "open", "retryAfterMs": WAITS_FULL_RETRY_MS}
     if ask.status == Ask.Status.SUPERSEDED:  # no run waits on it: waiting on would wait for nothing
         raise AskSuperseded.of(session_id=ask.session_id, superseded_by=ask.superseded_by_id)
     decision = ask.decision()
     if decision is None:
-        return json_response({"status": "open"})
-    return json_response({"status": "decided", "decision": decision})
+        return {"status": "open"}
+    return {"status": "decided", "decision": decision}
 
 
-@router.post("/asks/{ask_id}/decision", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("decide"))
-def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
+@router.post("/asks/{ask_id}/decision", response={200: DecisionOut, **ERRORS}, auth=AgentKeyAuth("decide"))
+def decide_ask(request: HttpRequest, ask_id: int) -> dict[str, Any]:
     """Decide from an integration (a chat bot, a ticket system) whose key has scope `decide`.
 
     `by` names who decided. 409 once decided; 403 for the key that opened the ask.
@@ -356,9 +366,7 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
     ask = ask_selectors.ask_get(project=project_of(request), ask_id=ask_id)
     if not isinstance(document, dict) or not isinstance(document.get("by"), str) or not document["by"].strip():
         raise AskInvalid("The body is {approved, by, note?, value?}; `by` names who decided.")
-    unknown = document.keys() - DECISION_KEYS
-    if unknown:
-        raise AskInvalid(f"Unknown fields: {', '.join(sorted(unknown))}. The body is {{approved, by, note?, value?}}.")
+    body_fields(DecisionIn, document, code=AskInvalid.code)
     approved = document.get("approved", True if ask.kind == Ask.Kind.PLAIN else None)
     if not isinstance(approved, bool):
         raise AskInvalid("approved must be true or false.")
@@ -374,7 +382,7 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
         note=note,
         value=document.get("value", ask_services.NO_VALUE),
     )
-    return json_response({"status": "decided", "decision": ask.decision()})
+    return {"status": "decided", "decision": ask.decision()}
 
 
 # --- audit bundles -------------------------------------------------------------------------------
@@ -382,20 +390,21 @@ def decide_ask(request: HttpRequest, ask_id: int) -> HttpResponse:
 
 @router.post(
     "/audit-bundles",
-    response={200: dict[str, Any], 201: dict[str, Any], **ERRORS},
+    response={200: AuditBundleStoredOut, 201: AuditBundleStoredOut, **ERRORS},
     auth=AgentKeyAuth("ingest"),
     openapi_extra=_body_schema({"description": "an agentfootprint.audit/1 bundle, or drained segments in order"}),
+    exclude_unset=True,  # brokenAt and reason only for an invalid bundle
 )
-def import_audit_bundle(request: HttpRequest) -> HttpResponse:
+def import_audit_bundle(request: HttpRequest) -> Status[dict[str, Any]]:
     """Verify with the framework's algorithm and store byte for byte: {valid, recordsChecked, brokenAt?, reason?}."""
     bundle, created = audit_bundle_import(
         project=project_of(request), body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
     )
-    return json_response({**bundle.verdict, "id": bundle.pk}, status=201 if created else 200)
+    return Status(201 if created else 200, {**bundle.verdict, "id": bundle.pk})
 
 
-@router.get("/runs/{run_id}/audit-bundle", response={200: dict[str, Any], **ERRORS}, auth=AgentKeyAuth("read"))
-def export_audit_bundle(request: HttpRequest, run_id: str) -> HttpResponse:
+@router.get("/runs/{run_id}/audit-bundle", response={200: AuditBundleOut, **ERRORS}, auth=AgentKeyAuth("read"))
+def export_audit_bundle(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """The run's ledger as an agentfootprint.audit/1 bundle that verifyAuditBundle accepts."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return json_response(audit_selectors.run_audit_bundle(run=run))
+    return audit_selectors.run_audit_bundle(run=run)

@@ -1,13 +1,17 @@
-"""Schemas of the ledger API, for the OpenAPI document and for reads.
+"""Schemas of the ledger API: what the operations answer, and the fields their inputs may carry.
 
 Ingestion bodies are parsed by `ledger.ingest.envelopes` (hand validation on the hot path); the request
-schemas below describe them for the OpenAPI document.
+schemas below describe them for the OpenAPI document. Output schemas are what ninja serialises
+each answer through, so the OpenAPI document is what the server answers. Operations whose keys
+are absent rather than null declare `exclude_unset=True` and leave those fields unset.
 """
 
 from typing import Any
 
 from ninja import Schema
 from pydantic import Field
+
+from footprint_site.schemas import StrictIn
 
 EVENT_BATCH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -55,9 +59,28 @@ RECORDING_SCHEMA: dict[str, Any] = {
 }
 
 
-class ErrorOut(Schema):
-    error: str
-    code: str
+class AskIn(StrictIn):
+    """POST /asks: the paused outcome plus runId. `ask_open` checks each value, in its own words."""
+
+    runId: Any = None
+    sessionId: Any = None
+    pauseData: Any = None
+    ask: Any = None
+    checkIn: Any = None
+    checkpoint: Any = None
+    deadline: Any = None
+    onTimeout: Any = None
+    pausedAtMs: Any = None
+    paused: Any = None
+
+
+class DecisionIn(StrictIn):
+    """POST /asks/{id}/decision; the operation checks each value, in its own words."""
+
+    approved: Any = None
+    by: Any = None
+    note: Any = None
+    value: Any = None
 
 
 class ReceiptOut(Schema):
@@ -114,3 +137,55 @@ class VerifyOut(Schema):
     recordsChecked: int
     brokenAt: int | None = None
     reason: str | None = None
+
+
+class AuditBundleStoredOut(Schema):
+    """The framework's verifyAuditBundle answer, with where the bundle joins the stored chain."""
+
+    valid: bool
+    recordsChecked: int
+    brokenAt: int | None = None
+    reason: str | None = None
+    continuity: dict[str, Any] = Field(description="state: genesis, continues, broken or unanchored")
+    id: int
+
+
+class AuditBundleOut(Schema):
+    """An agentfootprint.audit/1 bundle: header, chained records, final hash."""
+
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+    finalHash: str
+
+
+class AskOut(Schema):
+    id: int
+    runId: str
+    toolCallId: str
+    kind: str
+    status: str
+    createdAt: str | None
+    onTimeout: str
+    toolName: str | None = None
+    sessionId: str | None = None
+    question: str | None = None
+    middleware: str | None = None
+    deadline: str | None = None
+    supersededBy: int | None = None
+    decision: dict[str, Any] | None = Field(None, description="absent until decided")
+    checkpoint: Any = Field(None, description="only for the key that posted the ask")
+
+
+class AskAnswerOut(Schema):
+    ask: AskOut
+
+
+class AskListOut(Schema):
+    asks: list[AskOut]
+    nextCursor: str | None = None
+
+
+class DecisionOut(Schema):
+    status: str = Field(description="open or decided")
+    decision: dict[str, Any] | None = Field(None, description="present once decided")
+    retryAfterMs: int | None = Field(None, description="present when no wait slot was free: ask again after it")

@@ -144,6 +144,22 @@ def test_the_apps_import_no_circles() -> None:
         )
 
 
+# Which app may import which: the site's shared rules below everything, tenancy below the rooms,
+# and the artifact store beside the ledger, never on it (docs/architecture.md).
+MAY_NOT_IMPORT = {"tenancy": ("ledger", "artifacts"), "artifacts": ("ledger",)}
+
+
+def test_the_apps_depend_one_way() -> None:
+    crossings = [
+        f"{module} -> {target} (line {line})"
+        for module, targets in import_graph(ROOT).items()
+        for target, sites in targets.items()
+        for line, _ in sites
+        if target.split(".")[0] in MAY_NOT_IMPORT.get(module.split(".")[0], ())
+    ]
+    assert not crossings, "imports against the apps' direction:\n  " + "\n  ".join(crossings)
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
