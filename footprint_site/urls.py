@@ -19,4 +19,5 @@ urlpatterns = [
     path("", include("ledger.asks.urls")),
     path("", include("ledger.explorer.urls_refusals")),
     path("", include("ledger.audits.urls")),
+    path("", include("tenancy.urls")),
 ]
