@@ -59,7 +59,9 @@ class AgentKeyAdmin(admin.ModelAdmin[AgentKey]):
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[AgentKey]) -> None:
         actor = _actor(request)
         with transaction.atomic():
-            revoked = [key for key in queryset.select_related("project") if key.revoked_at is None]
+            # In key order, so two admins revoking overlapping selections lock rows in one order.
+            live = queryset.filter(revoked_at__isnull=True).select_related("project").order_by("pk")
+            revoked = list(live)
             for key in revoked:
                 agent_key_revoke(key=key, actor=actor)
         self.message_user(request, f"Revoked {len(revoked)} key(s).", messages.SUCCESS)
@@ -84,7 +86,7 @@ class MembershipAdmin(admin.ModelAdmin[Membership]):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:
         actor = _actor(request)
         with transaction.atomic():
-            for membership in queryset:
+            for membership in queryset.order_by("pk"):
                 membership_remove(membership=membership, actor=actor)
 
 
