@@ -4,7 +4,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.validators import slug_re
 from django.db import transaction
 from django.db.models.functions import Now
@@ -23,12 +23,12 @@ def _random_text(length: int) -> str:
 class Actor:
     """Who made an admin change: a signed-in user, or an operator at the command line."""
 
-    user: AbstractBaseUser | None
+    user: User | None
     label: str
 
     @classmethod
     def of_user(cls, user: AbstractBaseUser | AnonymousUser, *, place: str = "") -> "Actor":
-        if not isinstance(user, AbstractBaseUser):
+        if not isinstance(user, User):
             raise ValueError("An admin change needs a signed-in user; this request has none.")
         name = user.get_username()
         return cls(user=user, label=f"{name} ({place})" if place else name)

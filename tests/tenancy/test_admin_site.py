@@ -130,3 +130,17 @@ def test_admin_shows_the_record_read_only(superuser_client: Client, project: Pro
     )
     assert superuser_client.post(f"/admin/tenancy/adminchange/{change.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AdminChange.objects.get(pk=change.pk).actor_label == "unnamed caller"
+
+
+def test_admin_forms_render(superuser_client: Client, project: Project, auditor: Any) -> None:
+    key, _ = agent_key_create(project=project, scopes=["read"])
+    membership = Membership.objects.get(user=auditor)
+    key_page = superuser_client.get(f"/admin/tenancy/agentkey/{key.pk}/change/")
+    assert key_page.status_code == 200
+    assert b'name="revoke"' in key_page.content
+    assert b'name="scopes"' not in key_page.content  # read-only: fixed at mint
+    assert superuser_client.get("/admin/tenancy/membership/add/").status_code == 200
+    role_page = superuser_client.get(f"/admin/tenancy/membership/{membership.pk}/change/")
+    assert role_page.status_code == 200
+    assert b'name="role"' in role_page.content
+    assert b'name="user"' not in role_page.content
