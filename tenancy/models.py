@@ -122,7 +122,7 @@ class AdminChange(models.Model):
         indexes = [models.Index(fields=["project", "-id"], name="adminchange_project_newest")]
 
     def __str__(self) -> str:
-        return f"{self.get_action_display()} in {self.project_id} by {self.actor_label}"
+        return f"{self.get_action_display()}: {self.target_label}, by {self.actor_label}"
 
     def save(self, *args: object, **kwargs: object) -> None:
         if not self._state.adding:
