@@ -25,7 +25,8 @@ from footprint_site.lib.db import prepared_cursor
 from footprint_site.lib.ids import RUN_ID_RULE, is_run_id
 from footprint_site.lib.js import js_stringify, js_trim
 from footprint_site.lib.jsonbody import json_holds_nul
-from tenancy.models import Project
+from tenancy.models import AdminChange, Project
+from tenancy.services import Actor, admin_change_record
 
 MAX_TTL_FACTS_PER_PUT = 1000
 PARTITION_LOCK = 7_730_001  # session advisory lock key of the partition-dropping phase
@@ -377,7 +378,9 @@ def _move_payload(artifact: Artifact, bucket: Any) -> None:
 def artifact_hold_place(*, store: ArtifactStore, ref: str, user: User, reason: str) -> ArtifactHold:
     """Hold every copy of `ref` in the store: never swept, evicted or deleted until released.
 
-    The payload moves to the far partition, which partition drops never touch.
+    The payload moves to the far partition, which partition drops never touch. Writes the
+    ArtifactHold row and a HOLD_PLACED AdminChange naming `user`; raises ArtifactNotFound for a
+    ref the store does not hold, writing nothing.
     """
     artifacts = list(Artifact.objects.select_for_update().filter(store=store, ref=ref)) if is_ref(ref) else []
     if not artifacts:
@@ -386,12 +389,27 @@ def artifact_hold_place(*, store: ArtifactStore, ref: str, user: User, reason: s
         if artifact.expiry_bucket != partitions.FAR_BUCKET:
             _move_payload(artifact, partitions.FAR_BUCKET)
     Artifact.objects.filter(pk__in=[a.pk for a in artifacts]).update(held=True)
-    return ArtifactHold.objects.create(store=store, artifact_ref=ref, reason=reason, placed_by=user)
+    hold = ArtifactHold.objects.create(store=store, artifact_ref=ref, reason=reason, placed_by=user)
+    admin_change_record(
+        actor=Actor.of_user(user),
+        action=AdminChange.Action.HOLD_PLACED,
+        project=Project(pk=store.project_id),
+        target_type="artifact hold",
+        target_id=hold.pk,
+        target_label=f"hold on {ref}",
+        before=None,
+        after={"reason": reason},
+    )
+    return hold
 
 
 @transaction.atomic
 def artifact_hold_release(*, hold: ArtifactHold, user: User) -> ArtifactHold:
-    """End a hold (recorded, never deleted); the artifact sweeps normally once no hold remains."""
+    """End a hold (kept, never deleted); the artifact sweeps normally once no hold remains.
+
+    Sets the hold's release and writes a HOLD_RELEASED AdminChange naming `user`. The release is
+    claimed with a conditional UPDATE: releasing a released hold writes nothing.
+    """
     claimed = ArtifactHold.objects.filter(pk=hold.pk, released_at__isnull=True).update(
         released_at=timezone.now(), released_by=user
     )
@@ -403,6 +421,17 @@ def artifact_hold_release(*, hold: ArtifactHold, user: User) -> ArtifactHold:
     ):
         Artifact.objects.filter(store=hold.store, ref=hold.artifact_ref).update(held=False)
     hold.refresh_from_db()
+    if claimed:
+        admin_change_record(
+            actor=Actor.of_user(user),
+            action=AdminChange.Action.HOLD_RELEASED,
+            project=Project(pk=hold.store.project_id),
+            target_type="artifact hold",
+            target_id=hold.pk,
+            target_label=f"hold on {hold.artifact_ref}",
+            before={"reason": hold.reason},
+            after=None,
+        )
     return hold
 
 
@@ -540,18 +569,48 @@ def artifact_corrupt(*, store: ArtifactStore, scope: Scope, ref: str) -> bool:
     return True
 
 
+RETENTION_DIALS = ("ttl_ms", "max_ttl_ms", "max_bytes_per_scope", "max_count_per_scope")
+
+
 @transaction.atomic
 def store_update_retention(
     *,
     store: ArtifactStore,
+    user: User,
     ttl_ms: int | None,
     max_ttl_ms: int | None,
     max_bytes_per_scope: int | None,
     max_count_per_scope: int | None,
 ) -> ArtifactStore:
-    """Change a store's dials. New values apply to puts from now on; stated expiries never change."""
-    store.ttl_ms, store.max_ttl_ms = ttl_ms, max_ttl_ms
-    store.max_bytes_per_scope, store.max_count_per_scope = max_bytes_per_scope, max_count_per_scope
+    """Change a store's dials. New values apply to puts from now on; stated expiries never change.
+
+    Writes the store row and a RETENTION_CHANGED AdminChange naming `user`, with the dials that
+    changed (before and after, as stored); saving the same values writes nothing. The row is locked
+    and read afresh, so the recorded `before` is what the change replaced, not what a form saw.
+    Raises ValidationError for a dial the database would refuse, writing nothing.
+    """
+    current = ArtifactStore.objects.select_for_update().get(pk=store.pk)
+    wanted = {
+        "ttl_ms": ttl_ms,
+        "max_ttl_ms": max_ttl_ms,
+        "max_bytes_per_scope": max_bytes_per_scope,
+        "max_count_per_scope": max_count_per_scope,
+    }
+    for name, value in wanted.items():
+        setattr(store, name, value)
     store.full_clean(exclude=["project"])
-    store.save(update_fields=["ttl_ms", "max_ttl_ms", "max_bytes_per_scope", "max_count_per_scope"])
+    changed = [name for name in RETENTION_DIALS if getattr(current, name) != wanted[name]]
+    if not changed:
+        return store
+    store.save(update_fields=changed)
+    admin_change_record(
+        actor=Actor.of_user(user),
+        action=AdminChange.Action.RETENTION_CHANGED,
+        project=Project(pk=store.project_id),
+        target_type="artifact store",
+        target_id=store.pk,
+        target_label="artifact retention",
+        before={name: getattr(current, name) for name in changed},
+        after={name: wanted[name] for name in changed},
+    )
     return store

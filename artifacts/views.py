@@ -168,7 +168,7 @@ def retention_edit(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
         return HttpResponse("Only admins of this project may change its retention.", status=403)
     form = RetentionForm(request.POST or None, instance=store)
     if request.method == "POST" and form.is_valid():
-        services.store_update_retention(store=store, **form.cleaned_data)
+        services.store_update_retention(store=store, user=signed_in_user(request), **form.cleaned_data)
         return redirect("artifacts:artifact-list", project_slug=project.slug)
     status = 422 if request.method == "POST" else 200
     return render(request, "artifacts/retention.html", {"project": project, "form": form}, status=status)

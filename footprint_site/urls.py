@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("ledger.asks.urls")),
     path("", include("ledger.explorer.urls_refusals")),
     path("", include("ledger.audits.urls")),
+    path("", include("tenancy.urls")),
 ]
 
 # Unknown paths, refusals and failures: `{error, code}` under /api/ and /v1/, pages elsewhere.

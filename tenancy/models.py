@@ -69,3 +69,65 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} is {self.role} of {self.project}"
+
+
+class AdminChangeQuerySet(models.QuerySet["AdminChange"]):
+    """The record is append-only: a bulk update or delete is refused (a project's deletion still
+    takes its record with it, through the cascade, which does not go through the queryset)."""
+
+    def update(self, **kwargs: object) -> int:
+        raise TypeError("Admin changes are append-only: a correction is a new change, never an edit.")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("Admin changes are append-only: they are never deleted.")
+
+
+class AdminChange(models.Model):
+    """One change an admin made to a project's keys, roles, artifact retention or holds.
+
+    Written by the service that makes the change, in its transaction: the change and its record
+    commit together or not at all. `before` and `after` hold only what changed (None when the
+    object did not exist before, or no longer exists after).
+    """
+
+    class Action(models.TextChoices):
+        KEY_MINTED = "key_minted", "Agent key minted"
+        KEY_REVOKED = "key_revoked", "Agent key revoked"
+        ROLE_GRANTED = "role_granted", "Role granted"
+        ROLE_CHANGED = "role_changed", "Role changed"
+        ROLE_REMOVED = "role_removed", "Role removed"
+        RETENTION_CHANGED = "retention_changed", "Artifact retention changed"
+        HOLD_PLACED = "hold_placed", "Artifact hold placed"
+        HOLD_RELEASED = "hold_released", "Artifact hold released"
+
+    # No index of its own: the (project, -id) index below serves lookups by project too.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="admin_changes", db_index=False)
+    # The label is what the page shows, and outlives the user row (whose deletion only clears
+    # the link); a change from the command line has no user.
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_label = models.CharField(max_length=200)
+    created_at = models.DateTimeField(db_default=Now())
+    action = models.CharField(max_length=32, choices=Action.choices)
+    target_type = models.CharField(max_length=32)
+    target_id = models.CharField(max_length=64)
+    target_label = models.CharField(max_length=200)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    objects = AdminChangeQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "-id"], name="adminchange_project_newest")]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()}: {self.target_label}, by {self.actor_label}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise TypeError("Admin changes are append-only: a correction is a new change, never an edit.")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        raise TypeError("Admin changes are append-only: they are never deleted.")

@@ -7,7 +7,7 @@ answers as if it did not exist.
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
-from tenancy.models import AgentKey, Membership, Project
+from tenancy.models import AdminChange, AgentKey, Membership, Project
 from tenancy.services import hash_secret
 
 
@@ -53,3 +53,12 @@ def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
     return Project.objects.filter(
         memberships__user=user, memberships__role__in=[Membership.Role.APPROVER, Membership.Role.ADMIN]
     )
+
+
+def admin_change_list_for_project(*, project: Project, before_id: int | None, limit: int) -> list[AdminChange]:
+    """The project's admin changes, newest first, after the keyset cursor `before_id`; one row more
+    than `limit` when an older page follows. Scoped by the project alone: callers check the role."""
+    changes = AdminChange.objects.filter(project=project)
+    if before_id is not None:
+        changes = changes.filter(pk__lt=before_id)
+    return list(changes.order_by("-pk")[: limit + 1])

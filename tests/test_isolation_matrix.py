@@ -490,6 +490,7 @@ PAGES: dict[str, PageCase] = {
         P("artifacts:artifact-list", "GET", _project, GONE, EVERY_ROLE, (AUDITOR, 200), f"{MARK}label"),
         P("artifacts:retention", "GET", _project, GONE, (ADMIN,), (ADMIN, 200), str(GLOBEX_COUNT_BUDGET)),
         P("artifacts:retention", "POST", _project, GONE, (ADMIN,), (ADMIN, 302), data=lambda t: RETENTION),
+        P("tenancy:project-changes", "GET", _project, GONE, (ADMIN,), (ADMIN, 200), "Admin changes of globex"),
         P("artifacts:artifact-detail", "GET", _artifact, GONE, EVERY_ROLE, (AUDITOR, 200), f"{MARK}payload"),
         P("artifacts:download", "GET", _artifact, GONE, EVERY_ROLE, (AUDITOR, 200), f"{MARK}payload"),
         P(

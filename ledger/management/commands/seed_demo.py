@@ -14,7 +14,7 @@ from ledger.ingest.recordings import recording_ingest
 from ledger.ingest.services import events_ingest
 from tenancy.models import AGENT_SCOPES, Membership
 from tenancy.selectors import agent_key_get_by_secret
-from tenancy.services import agent_key_create, membership_grant, project_get_or_create
+from tenancy.services import Actor, agent_key_create, membership_grant, project_get_or_create
 
 DEMO = Path(__file__).resolve().parents[2] / "demo"
 
@@ -43,14 +43,15 @@ class Command(BaseCommand):
         # An `admin` made otherwise (createsuperuser, or a password changed since) keeps its own
         # password: print the remembered one only where it signs in.
         login = f"admin / {password}" if admin.check_password(password) else "admin (its own password, unchanged)"
-        membership_grant(user=admin, project=project, role=Membership.Role.ADMIN)
+        actor = Actor.command("seed_demo")
+        membership_grant(user=admin, project=project, role=Membership.Role.ADMIN, actor=actor)
 
         key_file = settings.DATA_DIR / "demo-agent-key"
         if key_file.exists() and agent_key_get_by_secret(secret=key_file.read_text().strip()) is None:
             key_file.unlink()  # the database was reset: mint a new key
         key = _remembered(
             key_file,
-            lambda: agent_key_create(project=project, scopes=AGENT_SCOPES, name="demo")[1],
+            lambda: agent_key_create(project=project, scopes=AGENT_SCOPES, name="demo", actor=actor)[1],
         )
 
         # The last: a run paused at its four-eyes ask, which waits in the inbox for a decision.

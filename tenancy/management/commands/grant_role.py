@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tenancy.models import Membership, Project
-from tenancy.services import membership_grant
+from tenancy.services import Actor, membership_grant
 
 
 class Command(BaseCommand):
@@ -24,5 +24,5 @@ class Command(BaseCommand):
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"No project '{options['project']}'. `create_agent_key --project` creates one.")
-        membership_grant(user=user, project=project, role=options["role"])
+        membership_grant(user=user, project=project, role=options["role"], actor=Actor.command("grant_role"))
         self.stdout.write(f"{user.get_username()} is now {options['role']} of {project.slug}.")

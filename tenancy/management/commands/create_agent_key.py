@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from tenancy.models import AGENT_SCOPES, AgentKey
-from tenancy.services import agent_key_create, project_get_or_create
+from tenancy.services import Actor, agent_key_create, project_get_or_create
 
 
 class Command(BaseCommand):
@@ -25,7 +25,12 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():  # a refused key leaves no new project behind
                 project = project_get_or_create(slug=options["project"])
-                key, secret = agent_key_create(project=project, scopes=options["scopes"], name=options["name"])
+                key, secret = agent_key_create(
+                    project=project,
+                    scopes=options["scopes"],
+                    name=options["name"],
+                    actor=Actor.command("create_agent_key"),
+                )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(
