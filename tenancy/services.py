@@ -1,3 +1,6 @@
+"""Writes of who may do what: projects, agent keys and roles. Every admin change is recorded
+(`AdminChange`: who, when, before and after) in the transaction of the change itself."""
+
 import hashlib
 import secrets
 import string

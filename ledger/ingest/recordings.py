@@ -1,3 +1,6 @@
+"""Whole recordings (`agentfootprint.recording.v1`): their events stored through ingestion, the
+recording kept, and its snapshot's decision values copied onto the run's decisions."""
+
 import hashlib
 from typing import Any
 
