@@ -25,24 +25,12 @@ from footprint_site.auth import AgentKeyAuth, project_of
 from footprint_site.exceptions import BodyTooLarge
 from footprint_site.http import body_within
 from footprint_site.lib.jsonbody import parse_json_encoded_as_javascript
-from footprint_site.schemas import ErrorOut, body_fields
+from footprint_site.schemas import ERRORS, body_fields
 
 router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))  # /api/v1/artifacts: the spec's /af/v1/artifacts
 # The spec's /af/v1/capabilities and /af/v1/wants:resolve, beside /artifacts rather than under it,
 # where they would shadow refs: `GET /artifacts/resolve` must be the 404 of any other non-ref.
 store_router = Router(tags=["artifacts"], auth=AgentKeyAuth("artifacts"))
-ERRORS = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    413: ErrorOut,
-    415: ErrorOut,
-    422: ErrorOut,
-    429: ErrorOut,
-    500: ErrorOut,
-    503: ErrorOut,
-}
 SCOPE_HEADER = {
     "parameters": [
         {

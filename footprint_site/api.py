@@ -38,7 +38,8 @@ api = NinjaAPI(
         "`{error, code}`: a sentence and a stable code."
     ),
 )
-api.add_router("/", "ledger.api.router")
+for room in ("ingest", "explorer", "asks", "audits"):
+    api.add_router("/", f"ledger.{room}.api.router")
 api.add_router("/artifacts", "artifacts.api.router")
 api.add_router("/", "artifacts.api.store_router")
 if settings.FOOTPRINT_TEST_HOOKS:

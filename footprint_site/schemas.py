@@ -45,3 +45,12 @@ class ErrorOut(Schema):
 
     error: str
     code: str
+
+
+# Every status an operation may answer with `{error, code}` (500 included: the handler's shape).
+ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503)}
+
+
+def json_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAPI's description of a JSON body an operation reads by hand (it takes no ninja body)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

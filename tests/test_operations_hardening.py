@@ -188,7 +188,7 @@ def test_the_wsgi_module_imports_the_api_before_the_fork_and_opens_no_database_c
     again by every worker's first request, and a connection opened there would be shared by all."""
     code = (
         "import sys, footprint_site.wsgi; from django.db import connections; "
-        "print('ledger.api' in sys.modules, [c.alias for c in connections.all() if c.connection is not None])"
+        "print('ledger.ingest.api' in sys.modules, [c.alias for c in connections.all() if c.connection is not None])"
     )
     result = _settings_start(tmp_path, "a-long-random-key-of-this-test-only-" * 2, code)
 

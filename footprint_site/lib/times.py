@@ -16,3 +16,7 @@ def to_utc(moment: datetime) -> datetime:
         return moment.astimezone(UTC)
     except OverflowError:
         raise ValueError("the date-time falls outside the years 1 to 9999 in UTC") from None
+
+
+def iso_z(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None

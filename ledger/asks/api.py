@@ -1,4 +1,5 @@
-"""Agent-facing JSON operations. Each parses, authenticates, calls one service or selector."""
+"""Asks over the API: an agent opens one and long-polls its decision; an integration with the
+`decide` scope lists and decides them."""
 
 import math
 from datetime import datetime
@@ -9,198 +10,28 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.dateparse import parse_datetime
 from ninja import Query, Router, Status
-from pydantic import Field, field_validator
 
 from footprint_site.auth import AgentKeyAuth, agent_key_of, project_of
 from footprint_site.exceptions import InvalidParameter
 from footprint_site.http import body_within
 from footprint_site.lib.jsonbody import parse_json
-from footprint_site.lib.times import to_utc
-from footprint_site.responses import json_response
-from footprint_site.schemas import ErrorOut, StrictIn, body_fields
+from footprint_site.lib.times import iso_z, to_utc
+from footprint_site.schemas import ERRORS, StrictIn, body_fields, json_body
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.asks import waits
 from ledger.asks.waits import WaitsFull
-from ledger.audits import integrity_selectors
-from ledger.audits import selectors as audit_selectors
-from ledger.audits.services import audit_bundle_import
 from ledger.exceptions import AskInvalid, AskSuperseded
-from ledger.explorer import selectors
-from ledger.ingest import recordings
-from ledger.ingest import services as ingest_services
-from ledger.ingest.envelopes import parse_event_batch
-from ledger.models import Ask, Run
+from ledger.models import Ask
 from ledger.schemas import (
-    EVENT_BATCH_SCHEMA,
-    RECORDING_SCHEMA,
     AskAnswerOut,
     AskIn,
     AskListOut,
-    AuditBundleOut,
-    AuditBundleStoredOut,
     DecisionIn,
     DecisionOut,
-    EventsPageOut,
-    IngestOut,
-    RecordingOut,
-    RunListOut,
-    RunOut,
-    VerifyOut,
 )
 
-router = Router(tags=["ledger"])
-ERRORS = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-    415: ErrorOut,
-    422: ErrorOut,
-    429: ErrorOut,
-    503: ErrorOut,
-}
-
-
-def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-@router.post(
-    "/events",
-    response={200: IngestOut, **ERRORS},
-    auth=AgentKeyAuth("ingest"),
-    openapi_extra=_body_schema(EVENT_BATCH_SCHEMA),
-)
-def ingest_events(request: HttpRequest) -> HttpResponse:
-    """Store a batch of typed events; answers after COMMIT with a receipt per run."""
-    events = parse_event_batch(
-        body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES),
-        max_events=settings.FOOTPRINT_MAX_EVENTS_PER_REQUEST,
-    )
-    key = agent_key_of(request)
-    receipts = ingest_services.events_ingest(project=key.project, events=events, key=key)
-    return json_response({"runs": [r.as_json() for r in receipts]})
-
-
-@router.post(
-    "/recordings",
-    response={200: RecordingOut, 201: RecordingOut, **ERRORS},
-    auth=AgentKeyAuth("ingest"),
-    openapi_extra=_body_schema(RECORDING_SCHEMA),
-    exclude_unset=True,  # gapsTruncated only when true
-)
-def ingest_recording(request: HttpRequest) -> Status[dict[str, Any]]:
-    """Store an agentfootprint.recording.v1 envelope; 201 the first time, 200 when already stored."""
-    key = agent_key_of(request)
-    receipt, created = recordings.recording_ingest(
-        project=key.project, body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES), key=key
-    )
-    return Status(201 if created else 200, {"run": receipt.as_json(), "stored": created})
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def run_as_json(run: Run) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "runId": run.run_id,
-        "source": run.source,
-        "status": run.status,
-        "firstEventAt": _iso(run.first_event_at),
-        "lastEventAt": _iso(run.last_event_at),
-        "tokens": {"input": run.tokens_in, "output": run.tokens_out},
-        "iterations": run.iterations,
-        "toolCalls": run.tool_call_count,
-        "refusals": run.refusal_count,
-        "events": run.event_count,
-        "lastSeq": run.max_seq if run.max_seq >= 0 else None,
-        "head": run.head_hex,
-        "hasGaps": run.has_gaps,
-    }
-    for key, value in (
-        ("sessionId", run.session_id),
-        ("tenant", run.tenant),
-        ("principal", run.principal),
-        ("agentId", run.agent_id),
-    ):
-        if value is not None:
-            out[key] = value
-    return out
-
-
-class RunQuery(StrictIn):
-    session: str | None = None
-    status: Run.Status | None = None
-    agent: str | None = None
-    tool: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    has_refusals: bool = False
-    has_open_asks: bool = False
-    q: str | None = Field(None, max_length=selectors.MAX_SEARCH_CHARS)  # each word is one indexed lookup
-    cursor: str | None = None
-    limit: int = 50
-
-    @field_validator("since", "until")
-    @classmethod
-    def _storable(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else to_utc(value)
-
-
-# Runs and asks leave out what they do not have (sessionId, deadline, …) rather than answer null.
-@router.get("/runs", response={200: RunListOut, **ERRORS}, auth=AgentKeyAuth("read"), exclude_unset=True)
-def list_runs(request: HttpRequest, query: Query[RunQuery]) -> dict[str, Any]:
-    """Runs of the key's project, newest first; pass `nextCursor` back as `cursor` for the next page.
-    `q` searches the runs' event payloads (PostgreSQL full-text search)."""
-    limit = max(1, min(query.limit, 200))
-    filters = selectors.RunFilter(
-        session=query.session,
-        status=query.status,
-        agent=query.agent,
-        tool=query.tool,
-        since=query.since,
-        until=query.until,
-        has_refusals=query.has_refusals,
-        has_open_asks=query.has_open_asks,
-        text=query.q,
-    )
-    runs = selectors.run_list(projects=[project_of(request)], filters=filters, cursor=query.cursor, limit=limit)
-    page: dict[str, Any] = {"runs": [run_as_json(r) for r in runs.items]}
-    if runs.has_more:
-        page["nextCursor"] = runs.next_cursor
-    return page
-
-
-@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, auth=AgentKeyAuth("read"), exclude_unset=True)
-def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    return run_as_json(selectors.run_get(project=project_of(request), run_id=run_id))
-
-
-@router.get("/runs/{run_id}/events", response={200: EventsPageOut, **ERRORS}, auth=AgentKeyAuth("read"))
-def list_run_events(request: HttpRequest, run_id: str, after_seq: int = -1, limit: int = 100) -> HttpResponse:
-    """The run's events in seq order, byte for byte as stored (the canonical text that was hashed)."""
-    limit = max(1, min(limit, 1000))
-    run = selectors.run_get(project=project_of(request), run_id=run_id)
-    events = selectors.run_events_page(run=run, after_seq=after_seq, limit=limit)
-    # The stored bodies are already JSON: splice them in rather than re-encoding each one.
-    body = b'{"events":[' + b",".join(e.body.encode() for e in events.items) + b"]"
-    if events.has_more:
-        body += b',"nextAfterSeq":' + orjson.dumps(events.next_after)
-    return HttpResponse(body + b"}", content_type="application/json")
-
-
-@router.get("/runs/{run_id}/verify", response={200: VerifyOut, **ERRORS}, auth=AgentKeyAuth("read"), exclude_unset=True)
-def verify_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    """Re-check the run's hash chain; names the first record whose stored content no longer matches."""
-    run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return integrity_selectors.run_chain_verify(run=run).as_json()
-
-
-# --- asks ----------------------------------------------------------------------------------------
+router = Router(tags=["asks"])
 
 ASK_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -232,7 +63,7 @@ def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
         "toolCallId": ask.tool_call_id,
         "kind": ask.kind,
         "status": ask.status,
-        "createdAt": _iso(ask.created_at),
+        "createdAt": iso_z(ask.created_at),
         "onTimeout": ask.on_timeout,
     }
     for key, value in (
@@ -240,7 +71,7 @@ def ask_as_json(ask: Ask, *, with_checkpoint: bool = False) -> dict[str, Any]:
         ("sessionId", ask.session_id),
         ("question", ask.question),
         ("middleware", ask.middleware),
-        ("deadline", _iso(ask.deadline)),
+        ("deadline", iso_z(ask.deadline)),
         ("supersededBy", ask.superseded_by_id),
     ):
         if value is not None:
@@ -270,7 +101,7 @@ def _parse_deadline(value: Any) -> datetime | None:
     "/asks",
     response={200: AskAnswerOut, 201: AskAnswerOut, **ERRORS},
     auth=AgentKeyAuth("asks"),
-    openapi_extra=_body_schema(ASK_SCHEMA),
+    openapi_extra=json_body(ASK_SCHEMA),
     exclude_unset=True,
 )
 def open_ask(request: HttpRequest) -> Status[dict[str, Any]]:
@@ -383,28 +214,3 @@ def decide_ask(request: HttpRequest, ask_id: int) -> dict[str, Any]:
         value=document.get("value", ask_services.NO_VALUE),
     )
     return {"status": "decided", "decision": ask.decision()}
-
-
-# --- audit bundles -------------------------------------------------------------------------------
-
-
-@router.post(
-    "/audit-bundles",
-    response={200: AuditBundleStoredOut, 201: AuditBundleStoredOut, **ERRORS},
-    auth=AgentKeyAuth("ingest"),
-    openapi_extra=_body_schema({"description": "an agentfootprint.audit/1 bundle, or drained segments in order"}),
-    exclude_unset=True,  # brokenAt and reason only for an invalid bundle
-)
-def import_audit_bundle(request: HttpRequest) -> Status[dict[str, Any]]:
-    """Verify with the framework's algorithm and store byte for byte: {valid, recordsChecked, brokenAt?, reason?}."""
-    bundle, created = audit_bundle_import(
-        project=project_of(request), body=body_within(request, settings.FOOTPRINT_MAX_RECORDING_BYTES)
-    )
-    return Status(201 if created else 200, {**bundle.verdict, "id": bundle.pk})
-
-
-@router.get("/runs/{run_id}/audit-bundle", response={200: AuditBundleOut, **ERRORS}, auth=AgentKeyAuth("read"))
-def export_audit_bundle(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    """The run's ledger as an agentfootprint.audit/1 bundle that verifyAuditBundle accepts."""
-    run = selectors.run_get(project=project_of(request), run_id=run_id)
-    return audit_selectors.run_audit_bundle(run=run)
