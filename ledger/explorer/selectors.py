@@ -14,14 +14,10 @@ from ledger.models import Ask, Run, RunEvent, RunSearchChunk, ToolCall
 from tenancy.models import Project
 from tenancy.selectors import projects_for_user
 
-# Full-text search: runs whose stored events hold every word, each event searched in its first
-# SEARCHED_CHARS characters. Word by word, since the worker's chunks hold up to 50 records' text:
-# "every word in one event" would change once a chunk joined two events, and "in one chunk" would
-# depend on where chunks happen to end. Two parts per word: the chunks (GIN index), and the records
-# ingested since the worker's last pass, read directly. Those are few and are found first, on
-# their own: folded into one statement, PostgreSQL could not estimate how few (chain_length >
-# search_indexed) and planned for a third of all runs, and a search of a word in every run took
-# 300 ms instead of 0.3.
+# Full-text search: runs whose stored events hold every word (each event's first SEARCHED_CHARS
+# characters), word by word, since a worker's chunk joins several events. Two parts per word: the
+# chunks (GIN index), and the records ingested since the worker's last pass, read first and on
+# their own: folded into one statement, PostgreSQL cannot tell how few they are (bench/HISTORY.md).
 MAX_SEARCH_CHARS = 200  # a search's words are looked up one by one
 _SEARCH_WORDS = "SELECT DISTINCT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme"
 _RUNS_MATCHING_IN_CHUNKS = (
