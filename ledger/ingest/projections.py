@@ -28,12 +28,13 @@ STATUS_BY_TYPE = {
 }
 DENIED: Final = "denied"
 MESSAGE_MOMENTS: Final = ("input", "output")
-# Endings after which run()/resume() throws (MessageDeniedError, PolicyHaltError, a failure) are
-# what happened to the run, whatever the framework emits after them: an input deny comes before
-# `agent.turn_start`, an output deny before `agent.turn_end`. Their key outranks every event's
-# seq (the runs' `status_seq` compares keys), so no later event and no order of arrival moves
-# the run on from one; between two, the rank here decides.
-THROWN_ENDING_KEYS: Final = {"failed": MAX_SEQ - 2, "halted": MAX_SEQ - 1, DENIED: MAX_SEQ}
+# Endings after which run()/resume() throws (MessageDeniedError, PolicyHaltError) are what
+# happened to the run, whatever the framework emits after them: an input deny comes before
+# `agent.turn_start`, an output deny before `agent.turn_end`. Their key outranks every event's seq
+# (the runs' `status_seq` compares keys), so no later event and no order of arrival moves the run
+# on from one; between the two, the rank here decides. A failure keeps its seq: a sub-agent's
+# failure (an OTLP trace's nested agent span, say) is followed by the root agent's own ending.
+THROWN_ENDING_KEYS: Final = {"halted": MAX_SEQ - 1, DENIED: MAX_SEQ}
 
 
 def status_of(short_type: str, payload: Any) -> str | None:

@@ -1,30 +1,24 @@
 from django.db import migrations
 
-# A run whose run()/resume() threw (a message deny, a policy halt, a failure) keeps that ending
-# whatever the framework emitted after it: an output deny is followed by `agent.turn_end`, an
-# input deny by `agent.turn_start`, so runs stored before read `completed` or `running`. The keys
-# are ledger.ingest.projections.THROWN_ENDING_KEYS (MAX_SEQ - 2, - 1, MAX_SEQ), written out: a
-# migration must not change with the code.
+# A run whose run()/resume() threw (a message deny, a policy halt) keeps that ending whatever the
+# framework emitted after it: an output deny is followed by `agent.turn_end`, an input deny by
+# `agent.turn_start`, so runs stored before read `completed` or `running`. The keys are
+# ledger.ingest.projections.THROWN_ENDING_KEYS (MAX_SEQ - 1, MAX_SEQ), written out: a migration
+# must not change with the code.
 FORWARD = """
 UPDATE ledger_run AS run SET status = ending.status, status_seq = ending.key
 FROM (
     SELECT DISTINCT ON (run_id) run_id, status, key FROM (
         SELECT e.run_id,
-            CASE e.type WHEN 'agentfootprint.middleware.decision' THEN 'denied'
-                        WHEN 'agentfootprint.permission.halt' THEN 'halted' ELSE 'failed' END AS status,
-            CASE e.type WHEN 'agentfootprint.middleware.decision' THEN 2147483647
-                        WHEN 'agentfootprint.permission.halt' THEN 2147483646 ELSE 2147483645 END AS key
+            CASE e.type WHEN 'agentfootprint.middleware.decision' THEN 'denied' ELSE 'halted' END AS status,
+            CASE e.type WHEN 'agentfootprint.middleware.decision' THEN 2147483647 ELSE 2147483646 END AS key
         FROM ledger_runevent AS e
         WHERE e.seq IS NOT NULL
-          AND e.type IN ('agentfootprint.middleware.decision', 'agentfootprint.permission.halt',
-                         'agentfootprint.error.fatal')
-          AND (e.type <> 'agentfootprint.middleware.decision'
-               OR (jsonb_typeof(e.doc -> 'payload') = 'object'
+          AND (e.type = 'agentfootprint.permission.halt'
+               OR (e.type = 'agentfootprint.middleware.decision'
+                   AND jsonb_typeof(e.doc -> 'payload') = 'object'
                    AND e.doc -> 'payload' -> 'outcome' = '"deny"'
                    AND e.doc -> 'payload' -> 'moment' IN ('"input"', '"output"')))
-          AND NOT (e.type = 'agentfootprint.error.fatal'
-                   AND jsonb_typeof(e.doc -> 'payload') = 'object'
-                   AND e.doc -> 'payload' -> 'stage' = '"observer"')
     ) AS endings
     ORDER BY run_id, key DESC
 ) AS ending
@@ -33,7 +27,7 @@ WHERE ending.run_id = run.id AND ending.key > run.status_seq
 
 # Backward, a thrown ending keeps its status and takes the run's highest seq as its key.
 BACKWARD = """
-UPDATE ledger_run SET status_seq = max_seq WHERE status_seq >= 2147483645
+UPDATE ledger_run SET status_seq = max_seq WHERE status_seq >= 2147483646
 """
 
 
