@@ -44,7 +44,8 @@ class Run(models.Model):
     composition_path = models.JSONField(decoder=JsonbDecoder, default=list)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.EVENTS)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
-    # seq of the event that set `status`: a late event with a lower seq must not override it.
+    # What set `status`: its event's seq (a late event with a lower seq must not override it), or
+    # a thrown ending's key above every seq (ledger.ingest.projections.THROWN_ENDING_KEYS).
     status_seq = models.IntegerField(default=-1)
     # Wall-clock times of the earliest and latest events received (meta.wallClockMs).
     first_event_at = models.DateTimeField(null=True, blank=True)

@@ -27,13 +27,20 @@ class BundleCheck:
     previous: AuditBundle | None  # the stored bundle this one continues, if any
 
 
-def _segments_of(document: Any) -> list[dict[str, Any]]:
+def _unwrapped(document: Any) -> Any:
+    """The server also takes drained segments as {segments: [...]}; the framework reads the list."""
     if isinstance(document, dict) and "segments" in document and "header" not in document:
-        document = document["segments"]
+        return document["segments"]
+    return document
+
+
+def _segments_of(document: Any, reason: str = "") -> list[dict[str, Any]]:
     segments = document if isinstance(document, list) else [document]
     if not segments or not all(isinstance(s, dict) and isinstance(s.get("header"), dict) for s in segments):
+        # Nothing here to store; the framework's reason (if it gave one) is quoted word for word.
         raise AuditBundleInvalid(
-            "The body is an agentfootprint.audit/1 bundle {header, records, finalHash}, a list of drained "
+            (f"verifyAuditBundle: {reason}. " if reason else "")
+            + "The body is an agentfootprint.audit/1 bundle {header, records, finalHash}, a list of drained "
             "segments in order, or {segments: [...]}."
         )
     return segments
@@ -47,13 +54,14 @@ def audit_bundle_verdict(*, project: Project, body: bytes, checking: frozenset[i
     the chain already stored for this project: `genesis` (it starts a chain), `continues` (its
     chainHead is a stored bundle's finalHash and its firstSeq follows on; `predecessorValid` says
     whether that bundle's own verdict is valid), or `unanchored` (its
-    predecessor was never imported here). A firstSeq that does not follow the stored predecessor
-    makes the verdict invalid."""
-    segments = _segments_of(parse_json_keeping_lone_surrogates(body))
+    predecessor was never imported here), or `broken` (its chainHead is a stored bundle's finalHash
+    but its firstSeq does not follow on: `expectedFirstSeq` says where that chain continues)."""
+    document = _unwrapped(parse_json_keeping_lone_surrogates(body))
     try:
-        verdict = verify_bundles(segments if len(segments) > 1 else segments[0])
+        verdict = verify_bundles(document)
     except RecursionError:
         raise AuditBundleInvalid("A record nests too deeply to canonicalize (afp-cjson/1 recursion limit).") from None
+    segments = _segments_of(document, verdict.get("reason", ""))
     head, first_seq = segments[0]["header"].get("chainHead"), whole_number(segments[0]["header"].get("firstSeq"))
     previous, predecessor_valid = (
         _predecessor(project=project, head=head, first_seq=first_seq, body=body, checking=checking)
@@ -69,14 +77,8 @@ def audit_bundle_verdict(*, project: Project, body: bytes, checking: frozenset[i
         # A valid segment after a broken one is still a broken chain: say which it follows.
         continuity = {"state": "continues", "bundleId": previous.pk, "predecessorValid": predecessor_valid}
         if first_seq != expected:
-            continuity = {"state": "broken", "bundleId": previous.pk}
-            verdict = {
-                "valid": False,
-                "recordsChecked": 0,
-                "brokenAt": expected,
-                "reason": f"segment discontinuity — firstSeq {first_seq} does not follow the stored chain, "
-                f"which continues at {expected}",
-            }
+            # The server's finding, beside the framework's verdict and never inside it.
+            continuity = {"state": "broken", "bundleId": previous.pk, "expectedFirstSeq": expected}
     # The reason may quote the bundle's values: as text any page, column or answer can hold.
     return BundleCheck(segments, text_copy({**verdict, "continuity": continuity}), previous)
 
@@ -115,7 +117,7 @@ def audit_bundle_broken_record(*, body: bytes, verdict: dict[str, Any]) -> dict[
     broken_at = verdict.get("brokenAt")
     if verdict.get("valid") or not isinstance(broken_at, int):
         return None
-    for segment in _segments_of(parse_json_keeping_lone_surrogates(body)):
+    for segment in _segments_of(_unwrapped(parse_json_keeping_lone_surrogates(body))):
         for record in segment.get("records") or []:
             if isinstance(record, dict) and record.get("seq") == broken_at:
                 return text_copy(record)  # shown on a page

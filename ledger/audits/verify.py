@@ -1,14 +1,20 @@
 """The framework's audit bundles (`agentfootprint.audit/1`): verification and export. Pure.
 
-`verify_bundles` is `verifyAuditBundle` (events-ledger spec §5.7): the same checks in the same
-order, the same answer shape and the same reasons, so a bundle this server calls valid the
-framework's own verifier calls valid too, and vice versa.
+`verify_bundles` is `verifyAuditBundle` (events-ledger spec §5.7) read as JavaScript runs it: the
+same checks in the same order, the same `valid`, `recordsChecked` and `brokenAt` (present exactly
+when the framework sets it) and the same reasons word for word, so a bundle this server calls
+valid the framework's own verifier calls valid too, and vice versa. JavaScript's semantics
+(`String()`, `===`, `+` on whatever JSON put in a header) come from footprint_site.lib.js.
 """
 
 import hashlib
-from typing import Any
+import math
+import re
+from typing import Any, cast
 
 from footprint_site.lib.cjson import canonical
+from footprint_site.lib.js import MAX_SAFE_INTEGER as JS_SAFE_LIMIT
+from footprint_site.lib.js import as_double, js_number, js_string, js_trim
 
 FORMAT = "agentfootprint.audit/1"
 HASH_ALGORITHM = "sha-256"
@@ -18,15 +24,81 @@ MAX_SAFE_INTEGER = 2**53 - 1  # the framework's seqs are JavaScript numbers
 LIBRARY = {"name": "footprint-ledger", "version": "0.1.0"}
 
 
+class _Undefined:
+    """JavaScript's `undefined`: what reading a key the JSON did not have gives."""
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED: Any = _Undefined()
+_JS_DECIMAL = re.compile(r"[+-]?(?:Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
+_JS_RADIX = {"0x": 16, "0o": 8, "0b": 2}
+
+
 def record_hash(record: dict[str, Any]) -> str:
     """SHA-256 of the canonical record minus only its `hash` key."""
     preimage = {k: v for k, v in record.items() if k != "hash"}
     return hashlib.sha256(canonical(preimage).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _same_number(value: Any, expected: int) -> bool:
-    """JavaScript's `value === expected`: JSON's 1.0 is the number 1 there, but `true` is no number."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == expected
+def _get(value: Any, key: str) -> Any:
+    """`value[key]` on a parsed value that is not null (an array or a primitive has no such key)."""
+    return value.get(key, UNDEFINED) if isinstance(value, dict) else UNDEFINED
+
+
+def _text(value: Any) -> str:
+    return "undefined" if value is UNDEFINED else js_string(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """`a === b` for parsed values: numbers as doubles (JSON's 1.0 is 1, NaN equals nothing), and
+    two objects or arrays never, since each JSON.parse makes new ones."""
+    if _is_number(a) and _is_number(b):
+        return as_double(a) == as_double(b)
+    if isinstance(a, dict | list) or isinstance(b, dict | list) or _is_number(a) or _is_number(b):
+        return False
+    return type(a) is type(b) and a == b  # str, bool, None, undefined
+
+
+def _to_number(value: Any) -> int | float:
+    """Number(value), for what `+` and `-` may meet in a header."""
+    if _is_number(value):
+        return value if isinstance(value, int) and abs(value) < JS_SAFE_LIMIT else as_double(value)
+    if value is None or isinstance(value, bool):
+        return int(value or 0)
+    if isinstance(value, str):
+        text = js_trim(value)
+        if not text:
+            return 0
+        if _JS_DECIMAL.fullmatch(text):
+            return float(text.replace("Infinity", "inf"))
+        radix = _JS_RADIX.get(text[:2].lower())
+        try:
+            return int(text[2:], radix) if radix else math.nan
+        except ValueError:
+            return math.nan
+    return math.nan  # undefined, objects and arrays that do not read as numbers
+
+
+def _plus(value: Any, n: int) -> Any:
+    """`value + n`: text when either side is text (an object or array reads as text), else numbers."""
+    if isinstance(value, str | dict | list):
+        return _text(value) + js_number(n)
+    return _to_number(value) + n
+
+
+def _as_json(value: Any) -> Any:
+    """A seq as JSON.stringify writes it: NaN and ±Infinity are null, 52.0 is 52."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, float) and value == int(value):
+        return int(value)
+    return value
 
 
 def whole_number(value: Any) -> int | None:
@@ -37,120 +109,89 @@ def whole_number(value: Any) -> int | None:
     return int(value) if value == int(value) else None
 
 
-def _answer(valid: bool, checked: int, broken_at: int | None = None, reason: str | None = None) -> dict[str, Any]:
+def _answer(valid: bool, checked: int, broken_at: Any = UNDEFINED, reason: str | None = None) -> dict[str, Any]:
     answer: dict[str, Any] = {"valid": valid, "recordsChecked": checked}
     if not valid:
-        if broken_at is not None:
-            answer["brokenAt"] = broken_at
+        if broken_at is not UNDEFINED:
+            answer["brokenAt"] = _as_json(broken_at)
         answer["reason"] = reason
     return answer
 
 
 def verify_bundles(bundles: Any) -> dict[str, Any]:
-    """Verify one bundle or an ordered list of drained segments; report only the first failure."""
+    """Verify one bundle or an ordered list of drained segments; report only the first failure.
+
+    Where the framework throws instead of answering (a segment or header that is JSON's null), the
+    answer is the one it gives for a segment that is not an object, or a missing header.
+    """
     segments = bundles if isinstance(bundles, list) else [bundles]
-    if not segments:
-        return _answer(False, 0, None, "no bundles supplied")
     checked = 0
-    previous: dict[str, Any] | None = None
-    next_seq = 0  # the seq the previous segment's successor starts at
+    expected_head: Any = UNDEFINED
+    expected_first: Any = UNDEFINED
+
+    def fail(reason: str, broken_at: Any = UNDEFINED) -> dict[str, Any]:
+        return _answer(False, checked, broken_at, reason)
+
+    if not segments:
+        return fail("no bundles supplied")
     for index, segment in enumerate(segments):
-        suffix = f" (segment {index})" if len(segments) > 1 else ""
-        if (
-            not isinstance(segment, dict)
-            or not isinstance(segment.get("header"), dict)
-            or not isinstance(segment.get("records"), list)
-            or not isinstance(segment.get("finalHash"), str)
+        where = f" (segment {index})" if len(segments) > 1 else ""
+        if not isinstance(segment, dict | list):
+            return fail(f"bundle is not an object{where}")
+        header, records, final_hash = _get(segment, "header"), _get(segment, "records"), _get(segment, "finalHash")
+        if header is UNDEFINED or header is None or not isinstance(records, list) or not isinstance(final_hash, str):
+            return fail(f"bundle missing header/records/finalHash{where}")
+        first_seq, chain_head = _get(header, "firstSeq"), _get(header, "chainHead")
+        for key, supported in (
+            ("format", FORMAT),
+            ("hashAlgorithm", HASH_ALGORITHM),
+            ("canonicalization", CANONICALIZATION),
         ):
-            return _answer(False, checked, None, f"malformed bundle — expected {{header, records, finalHash}}{suffix}")
-        header, records = segment["header"], segment["records"]
-        first_seq = whole_number(header.get("firstSeq"))
-        if (
-            header.get("format") != FORMAT
-            or header.get("hashAlgorithm") != HASH_ALGORITHM
-            or header.get("canonicalization") != CANONICALIZATION
-        ):
-            return _answer(
-                False,
-                checked,
+            if not _same(_get(header, key), supported):
+                return fail(f"unsupported {key} '{_text(_get(header, key))}'{where}")
+        if not _same(_get(header, "recordCount"), len(records)):
+            count = _text(_get(header, "recordCount"))
+            return fail(f"recordCount {count} does not match {len(records)} records{where}")
+        if expected_head is not UNDEFINED and not _same(chain_head, expected_head):
+            return fail(
+                f"segment discontinuity — chainHead does not match previous segment's finalHash{where}", first_seq
+            )
+        if expected_first is not UNDEFINED and not _same(first_seq, expected_first):
+            return fail(
+                f"segment discontinuity — firstSeq {_text(first_seq)}, expected {_text(expected_first)}{where}",
+                expected_first,
+            )
+        # The framework's head-truncation guard: a chain start anchors on the zero hash, both ways.
+        if _same(first_seq, 0) and not _same(chain_head, ZERO_HASH):
+            return fail(f"head-truncation guard — firstSeq 0 requires chainHead to be the zero hash{where}", 0)
+        if _same(chain_head, ZERO_HASH) and not _same(first_seq, 0):
+            return fail(
+                f"head-truncation guard — zero-hash chainHead requires firstSeq 0, got {_text(first_seq)}{where}",
                 first_seq,
-                f"unsupported bundle — format, hashAlgorithm or canonicalization is not "
-                f"{FORMAT} / {HASH_ALGORITHM} / {CANONICALIZATION}{suffix}",
-            )
-        if not _same_number(header.get("recordCount"), len(records)):
-            return _answer(
-                False,
-                checked,
-                first_seq,
-                f"recordCount {header.get('recordCount')} does not match {len(records)} records{suffix}",
-            )
-        if first_seq is None:
-            return _answer(
-                False,
-                checked,
-                None,
-                f"sequence mismatch — header.firstSeq must be a whole number from 0 to {MAX_SAFE_INTEGER}{suffix}",
-            )
-        chain_head = header.get("chainHead")
-        if previous is not None:
-            if chain_head != previous["finalHash"]:
-                return _answer(
-                    False,
-                    checked,
-                    first_seq,
-                    f"segment discontinuity — chainHead does not match previous segment's finalHash{suffix}",
-                )
-            expected_first = next_seq
-            if first_seq != expected_first:
-                return _answer(
-                    False,
-                    checked,
-                    expected_first,
-                    f"segment discontinuity — firstSeq {first_seq}, expected {expected_first}{suffix}",
-                )
-        if first_seq == 0 and chain_head != ZERO_HASH:
-            return _answer(
-                False, checked, 0, f"truncated head — firstSeq is 0 but chainHead is not the zero hash{suffix}"
-            )
-        if chain_head == ZERO_HASH and first_seq != 0:
-            return _answer(
-                False,
-                checked,
-                first_seq,
-                f"truncated head — chainHead is the zero hash but firstSeq is {first_seq}{suffix}",
             )
         running = chain_head
         for i, record in enumerate(records):
-            expected_seq = first_seq + i
-            if not isinstance(record, dict):
-                return _answer(False, checked, expected_seq, f"malformed record at seq {expected_seq}{suffix}")
-            if not _same_number(record.get("seq"), expected_seq):
-                return _answer(
-                    False,
-                    checked,
-                    expected_seq,
-                    f"sequence mismatch — record carries seq {record.get('seq')}, expected {expected_seq}{suffix}",
+            expected_seq = _plus(first_seq, i)
+            if not isinstance(record, dict | list):
+                return fail(f"record at seq {_text(expected_seq)} is not an object", expected_seq)
+            if not _same(_get(record, "seq"), expected_seq):
+                carried = _text(_get(record, "seq"))
+                return fail(
+                    f"sequence mismatch — record carries seq {carried}, expected {_text(expected_seq)}", expected_seq
                 )
-            if record.get("prevHash") != running:
-                return _answer(
-                    False,
-                    checked,
-                    expected_seq,
-                    f"chain broken — prevHash does not match the previous record's hash{suffix}",
-                )
-            if record_hash(record) != record.get("hash"):
-                return _answer(
-                    False,
-                    checked,
-                    expected_seq,
-                    f"hash mismatch — record content does not match its hash (tampered or corrupted){suffix}",
+            record = cast(dict[str, Any], record)  # an array carries no `seq`: refused just above
+            if not _same(_get(record, "prevHash"), running):
+                return fail("chain broken — prevHash does not match the preceding record's hash", expected_seq)
+            if not _same(record_hash(record), _get(record, "hash")):
+                return fail(
+                    "hash mismatch — record content does not match its hash (tampered or corrupted)", expected_seq
                 )
             running = record["hash"]
             checked += 1
-        if segment["finalHash"] != running:
-            last = first_seq + len(records) - 1 if records else first_seq
-            return _answer(False, checked, last, f"finalHash does not match the last record's hash{suffix}")
-        previous, next_seq = segment, first_seq + len(records)
+        if not _same(final_hash, running):
+            last = _to_number(_plus(first_seq, len(records))) - 1 if records else first_seq
+            return fail(f"finalHash does not match the last record's hash{where}", last)
+        expected_head, expected_first = final_hash, _plus(first_seq, len(records))
     return _answer(True, checked)
 
 

@@ -34,7 +34,7 @@ def run_as_json(run: Run) -> dict[str, Any]:
         "iterations": run.iterations,
         "toolCalls": run.tool_call_count,
         "refusals": run.refusal_count,
-        "events": run.event_count,
+        "events": run.chain_length,  # every record, the server's decisions too: what /events lists
         "lastSeq": run.max_seq if run.max_seq >= 0 else None,
         "head": run.head_hex,
         "hasGaps": run.has_gaps,
@@ -100,7 +100,8 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
 
 @router.get("/runs/{run_id}/events", response={200: EventsPageOut, **ERRORS}, auth=AgentKeyAuth("read"))
 def list_run_events(request: HttpRequest, run_id: str, after_seq: int = -1, limit: int = 100) -> HttpResponse:
-    """The run's events in seq order, byte for byte as stored (the canonical text that was hashed)."""
+    """The run's events in seq order, byte for byte as stored (the canonical text that was hashed); the
+    server's own records (no seq, `meta.author`) each follow the event chained before it."""
     limit = max(1, min(limit, 1000))
     run = selectors.run_get(project=project_of(request), run_id=run_id)
     events = selectors.run_events_page(run=run, after_seq=after_seq, limit=limit)

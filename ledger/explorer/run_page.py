@@ -131,6 +131,7 @@ class RunHeader:
     integrity: Any
     resumes: list[Run]
     resumed_by: list[Run]
+    server_records: int  # of the run's records, those the server wrote (a person's decisions)
 
 
 def run_header(*, run: Run) -> RunHeader:
@@ -139,7 +140,8 @@ def run_header(*, run: Run) -> RunHeader:
     links = run_resume_links(run=run)
     resumes = list(dict.fromkeys(link.run for link in links if not link.resumed_this))
     resumed_by = list(dict.fromkeys(link.run for link in links if link.resumed_this))
-    return RunHeader(duration, open_asks, integrity_check_latest(run=run), resumes, resumed_by)
+    server_records = run.chain_length - run.event_count
+    return RunHeader(duration, open_asks, integrity_check_latest(run=run), resumes, resumed_by, server_records)
 
 
 # Resumed turns link a run to one or two others; the bound keeps the header and a page of

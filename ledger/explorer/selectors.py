@@ -117,13 +117,41 @@ def run_get(*, project: Project, run_id: str) -> Run:
     return run
 
 
+# The server's own records (a person's decision, seq NULL), each with the seq of the agent's event
+# chained just before it (-1 when none is): listed right after that event. Few per run, found
+# through the (run, seq) index, which holds the NULLs.
+_SERVER_RECORDS_SQL = """
+SELECT e.position, COALESCE(prior.seq, -1) FROM ledger_runevent e
+LEFT JOIN LATERAL (
+    SELECT p.seq FROM ledger_runevent p
+    WHERE p.run_id = e.run_id AND p.position < e.position AND p.seq IS NOT NULL
+    ORDER BY p.position DESC LIMIT 1
+) prior ON true
+WHERE e.run_id = %(run)s AND e.seq IS NULL
+"""
+
+
 def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[RunEvent]:
-    """A page of the run's events after `after_seq`, in seq order, with their stored body. The
-    default -1 still filters: server-authored records have no seq and are not events of this list."""
-    events = RunEvent.objects.filter(run=run).only(
-        "seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id"
-    )
-    return keyset_page(events, order="seq", after=after_seq, limit=limit)
+    """A page of the run's records after `after_seq`, in seq order, with their stored body: the
+    agent's events, and the server's own records (no seq; `meta.author` names the server), each
+    right after the agent's event chained before it, so the pages hold every record the chain
+    counts. The page ends with an agent's event and the server's records that follow it."""
+    fields = ("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")
+    page = keyset_page(RunEvent.objects.filter(run=run).only(*fields), order="seq", after=after_seq, limit=limit)
+    with connection.cursor() as cursor:
+        cursor.execute(_SERVER_RECORDS_SQL, {"run": run.pk})
+        follows = {
+            position: prior
+            for position, prior in cursor.fetchall()
+            if (prior > after_seq or (prior == -1 and after_seq < 0))
+            and (page.next_after is None or prior <= page.next_after)
+        }
+    if not follows:
+        return page
+    server = RunEvent.objects.filter(run=run, position__in=follows).only(*fields)
+    rows = [((e.seq, 0, e.position), e) for e in page.items]
+    rows += [((follows[e.position], 1, e.position), e) for e in server]
+    return Page([e for _, e in sorted(rows, key=lambda row: row[0])], page.next_after)
 
 
 def run_get_for_user(*, user: User | AnonymousUser, project_slug: str, run_id: str) -> Run:

@@ -11,11 +11,12 @@ from typing import Any, Final
 
 import orjson
 
-from ledger.ingest.envelopes import Event, replace_nul
+from ledger.ingest.envelopes import MAX_SEQ, Event, replace_nul
 
 PREFIX = "agentfootprint."
 
-# The event that moved a run into each state; the one with the highest seq wins. `pause.resume`
+# The event that moved a run into each state; the one with the highest seq wins, but for the
+# endings that throw (THROWN_ENDING_KEYS). `pause.resume`
 # moves none: a resume runs as a new run (spec §2.4), so the run that paused keeps `paused` as its
 # outcome whether the observer folded the event into it or it came under `consumer-scope`.
 STATUS_BY_TYPE = {
@@ -27,6 +28,13 @@ STATUS_BY_TYPE = {
 }
 DENIED: Final = "denied"
 MESSAGE_MOMENTS: Final = ("input", "output")
+# Endings after which run()/resume() throws (MessageDeniedError, PolicyHaltError) are what
+# happened to the run, whatever the framework emits after them: an input deny comes before
+# `agent.turn_start`, an output deny before `agent.turn_end`. Their key outranks every event's seq
+# (the runs' `status_seq` compares keys), so no later event and no order of arrival moves the run
+# on from one; between the two, the rank here decides. A failure keeps its seq: a sub-agent's
+# failure (an OTLP trace's nested agent span, say) is followed by the root agent's own ending.
+THROWN_ENDING_KEYS: Final = {"halted": MAX_SEQ - 1, DENIED: MAX_SEQ}
 
 
 def status_of(short_type: str, payload: Any) -> str | None:
@@ -105,7 +113,7 @@ class RunDelta:
     first_wall_ms: int | None = None
     last_wall_ms: int | None = None
     status: str | None = None
-    status_seq: int = -1
+    status_seq: int = -1  # the key that set `status`: its event's seq, or a thrown ending's key
     agent_id: str | None = None
     cost_usd: float | None = None
 
@@ -462,8 +470,10 @@ def project_events(events: Iterable[Event]) -> Projection:
             continue  # not the framework's: kept verbatim, projected into nothing
         short_type = event.type[len(PREFIX) :]
         status = status_of(short_type, event.payload)
-        if status and event.seq > delta.status_seq:
-            delta.status, delta.status_seq = status, event.seq
+        if status:
+            key = THROWN_ENDING_KEYS.get(status, event.seq)
+            if key > delta.status_seq:
+                delta.status, delta.status_seq = status, key
         projector = PROJECTORS.get(short_type)
         payload = event.payload
         if projector is not None and isinstance(payload, dict):

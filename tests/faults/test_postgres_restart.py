@@ -282,10 +282,11 @@ def test_acknowledged_writes_survive_a_postgres_restart(
         if any(r[1] != 1 or r[2] != str(r[0]) for r in rows):
             problems.append(f"{writer.run_id}: events stored more than once or with other content")
         run = reader.get(f"/api/v1/runs/{writer.run_id}").json()
-        if run["events"] != len(expected) or run["lastSeq"] != expected[-1] or run["hasGaps"]:
+        records = len(expected) + len(writer.decisions)  # the agent's events and the server's decisions
+        if run["events"] != records or run["lastSeq"] != expected[-1] or run["hasGaps"]:
             problems.append(f"{writer.run_id}: the run summary disagrees: {run}")
         verdict = reader.get(f"/api/v1/runs/{writer.run_id}/verify").json()
-        if not verdict["valid"] or verdict["recordsChecked"] != len(expected) + len(writer.decisions):
+        if not verdict["valid"] or verdict["recordsChecked"] != records:
             problems.append(f"{writer.run_id}: chain verdict {verdict} ({len(writer.decisions)} decisions)")
 
         # Every acknowledged decision is recorded once, by whom it was acknowledged to.

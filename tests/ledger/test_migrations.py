@@ -12,6 +12,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ledger.audits import anchors, integrity_selectors
+from ledger.ingest.projections import THROWN_ENDING_KEYS
 from ledger.models import Ask, ChainAnchor, Run, RunEvent
 from tests.conftest import fixture_events
 
@@ -203,7 +204,7 @@ def test_the_migration_to_denied_ends_the_runs_a_message_middleware_refused(agen
     finally:
         _migrate()
     assert dict(Run.objects.values_list("run_id", "status")) == {"input-denied": "denied", "tool-denied": "running"}
-    assert Run.objects.get(run_id="input-denied").status_seq == 1
+    assert Run.objects.get(run_id="input-denied").status_seq == THROWN_ENDING_KEYS["denied"]  # 0024's key
 
 
 @pytest.mark.django_db(transaction=True)
