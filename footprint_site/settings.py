@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "django.contrib.humanize",  # naturaltime: "4 minutes ago"
     "django_htmx",
     "template_partials",
     "ninja",
