@@ -135,7 +135,8 @@ class EventsPageOut(Schema):
 class VerifyOut(Schema):
     valid: bool
     recordsChecked: int
-    brokenAt: int | None = None
+    # The framework's own value: a seq, or what its arithmetic makes of a header's text firstSeq.
+    brokenAt: int | str | None = None
     reason: str | None = None
 
 
@@ -144,7 +145,8 @@ class AuditBundleStoredOut(Schema):
 
     valid: bool
     recordsChecked: int
-    brokenAt: int | None = None
+    # The framework's own value: a seq, or what its arithmetic makes of a header's text firstSeq.
+    brokenAt: int | str | None = None
     reason: str | None = None
     continuity: dict[str, Any] = Field(description="state: genesis, continues, broken or unanchored")
     id: int
