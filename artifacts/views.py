@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from artifacts import selectors, services
 from artifacts.exceptions import ArtifactNotFound
 from artifacts.forms import HoldForm, RetentionForm
+from artifacts.kinds import default_result_tool
 from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
 from artifacts.refs import is_ref
 from footprint_site.lib.ids import is_run_id
@@ -85,6 +86,7 @@ def _detail_context(request: HtmxHttpRequest, project_slug: str, ref: str) -> di
         "ref": ref,
         "view": view,
         "artifact": artifact,
+        "result_tool": default_result_tool(artifact.kind) if artifact else None,
         "meta_json": orjson.dumps(artifact.meta(), option=orjson.OPT_INDENT_2).decode() if artifact else None,
         "preview": selectors.payload_preview(view) if artifact else None,
         "run_links": _run_links([artifact.origin_run_id] if artifact else []),

@@ -17,6 +17,8 @@ from django_stubs_ext import WithAnnotations
 
 from footprint_site.pagination import Page, keyset_page
 from ledger.exceptions import RefusalNotFound
+from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
+from ledger.framework.canonical_notes import canonical_notes
 from ledger.models import Ask, MiddlewareDecision, Refusal, Run, RunEvent, ToolCall
 from tenancy.selectors import projects_for_user
 
@@ -206,6 +208,15 @@ class RefusalChain:
     model_read_source: str | None
     artifact_detail: str | None
     next_events: list[tuple[RunEvent, str]]
+    # What the call's result said it covered and did not: often the context of a wrong answer.
+    result_shapes: list[ResultShape] = field(default_factory=list)
+    # A validation refusal's issues; an integrity refusal's run accounting of its checkers.
+    validation_issues: list[dict[str, Any]] = field(default_factory=list)
+    dispositions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def coverage_heading(self) -> str:
+        return canonical_notes().coverage_heading
 
     @property
     def args_json(self) -> str | None:
@@ -296,6 +307,44 @@ def _origin_of(call: ToolCall) -> ToolCall | None:
         .select_related("run__project")
         .first()
     )
+
+
+# A string-shape issue's `value` is an excerpt of at most 80 characters (and "…"); a longer one
+# did not come from the framework and is cut for the page.
+ISSUE_VALUE_CHARS = 81
+DISPOSITION_EVENT = "agentfootprint.integrity.disposition"
+
+
+def validation_issues(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issues of a `validation.args_invalid` payload as rows: path, expected, got, and for
+    string-shape issues (9.64: pattern, minLength, maxLength) `value` and `hint`."""
+    issues = payload.get("issues")
+    rows = []
+    for issue in issues if isinstance(issues, list) else []:
+        if not isinstance(issue, dict):
+            continue
+        value = issue.get("value")
+        if isinstance(value, str) and len(value) > ISSUE_VALUE_CHARS:
+            value = value[: ISSUE_VALUE_CHARS - 1] + "…"
+        path = issue.get("path")
+        rows.append(
+            {
+                "path": ".".join(map(str, path)) if isinstance(path, list) else (path or "(root)"),
+                "expected": issue.get("expected"),
+                "got": issue.get("got"),
+                "value": json_text(value) if isinstance(value, str) else None,
+                "hint": issue.get("hint") if isinstance(issue.get("hint"), str) else None,
+            }
+        )
+    return rows
+
+
+def run_dispositions(run: Run) -> list[dict[str, Any]]:
+    """The rows of the run's last checker accounting (`integrity.disposition`: one row per check
+    and seam; five from 9.63, with `unsupported-argument` at the choice seam)."""
+    event = RunEvent.objects.filter(run=run, type=DISPOSITION_EVENT).order_by("-position").first()
+    rows = _payload(event).get("rows")
+    return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
 
 
 PERMISSION_EVENTS = ("agentfootprint.permission.check", "agentfootprint.permission.halt")
@@ -460,4 +509,7 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
         model_read_source=model_read_source,
         artifact_detail=detail if refusal.category == Refusal.Category.ARTIFACT and isinstance(detail, str) else None,
         next_events=[(e, event_summary(e)) for e in next_events],
+        result_shapes=(result_shapes_of_calls(run=run, calls=[call]).get(call.tool_call_id, []) if call else []),
+        validation_issues=validation_issues(payload) if refusal.category == Refusal.Category.VALIDATION else [],
+        dispositions=run_dispositions(run) if refusal.category == Refusal.Category.INTEGRITY else [],
     )

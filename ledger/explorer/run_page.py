@@ -13,12 +13,14 @@ import orjson
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import F, Q, Value
-from django.db.models.fields.json import KeyTransform
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
+from artifacts.kinds import default_result_tool
 from artifacts.models import Artifact
 from footprint_site.pagination import Page, keyset_page, keyset_pages, page_of
 from ledger.audits.integrity_selectors import integrity_check_latest
 from ledger.explorer.refusals import CallWindow, resumed_tool_calls, tool_named_steps
+from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
 from ledger.ingest.envelopes import OTLP_RUN_PREFIX
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
 from ledger.otlp.wire import iteration_number
@@ -330,6 +332,8 @@ class Dispatch:
     call: ToolCall
     steps: list[DispatchStep]
     asks: list[Ask]
+    # What the result said it covered and did not (absent / coverage / semantic shapes).
+    shapes: list[ResultShape] = field(default_factory=list)
 
 
 def _stage_of(type_: str, moment: str | None) -> str:
@@ -426,7 +430,11 @@ def _dispatches(run: Run, calls: list[ToolCall]) -> list[Dispatch]:
     asks: dict[str, list[Ask]] = {}
     for ask in Ask.objects.filter(of_calls, project_id=run.project_id).defer("checkpoint", "pause_data").order_by("pk"):
         asks.setdefault(ask.tool_call_id, []).append(ask)
-    return [Dispatch(call, steps[call.tool_call_id], asks.get(call.tool_call_id, [])) for call in calls]
+    shapes = result_shapes_of_calls(run=run, calls=calls)
+    return [
+        Dispatch(call, steps[call.tool_call_id], asks.get(call.tool_call_id, []), shapes.get(call.tool_call_id, []))
+        for call in calls
+    ]
 
 
 def _is_refusal(type_: str, fields: dict[str, Any]) -> bool:
@@ -490,6 +498,30 @@ _ARTIFACT_EVENT_TYPES = tuple(
 )
 
 
+def _note_result_kinds(run: Run, artifacts: list[Artifact]) -> None:
+    """Set `result_of` on each artifact that is a tool's result: placed by the call that minted it
+    (its `stream.tool_end` result is the ticket naming this ref) under the tool's declared
+    `resultKind` or the default `tool-result/<toolName>` (9.70); or of a tool's default kind."""
+    call_ids = {a.origin_call for a in artifacts if a.origin_call}
+    calls = {
+        call.tool_call_id: call
+        for call in ToolCall.objects.with_args_and_result().filter(run=run, tool_call_id__in=call_ids)
+    }
+    for artifact in artifacts:
+        call = calls.get(artifact.origin_call) if artifact.origin_call else None
+        default_tool = default_result_tool(artifact.kind)
+        result = call.result if call is not None else None
+        placed = isinstance(result, dict) and result.get("placed") is True and result.get("ref") == artifact.ref
+        if call is not None and placed:
+            tool = call.tool_name or "(tool not named)"
+            how = "its default result kind" if default_tool == call.tool_name else "the result kind the tool declares"
+            artifact.result_of = f"the result of {tool} (call {call.tool_call_id}), placed under {how}"
+        elif default_tool is not None:
+            artifact.result_of = f"the default result kind of tool {default_tool}"
+        else:
+            artifact.result_of = None
+
+
 def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's artifact events (minted, resolved, expired, refused, presented), with
     `next_after_seq` when more follow, and the first stored artifacts whose origin is this run
@@ -501,10 +533,13 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     events = page_of(rows, order="seq", limit=TAB_LIMIT)
     # Only the first page of them: the artifact list, filtered by this run, pages the rest.
     stored = keyset_page(
-        Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id).defer("origin"),
+        Artifact.objects.filter(store__project_id=run.project_id, origin_run_id=run.run_id)
+        .defer("origin")
+        .annotate(origin_call=KeyTextTransform("toolCallId", "origin")),
         order="created_at",
         limit=TAB_LIMIT,
     )
+    _note_result_kinds(run, stored.items)
     return {
         "artifact_events": events.items,
         "next_after_seq": events.next_after,

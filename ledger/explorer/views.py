@@ -20,6 +20,7 @@ from ledger.audits.integrity_selectors import integrity_check_latest, project_an
 from ledger.exceptions import RunNotFound
 from ledger.explorer import run_page, selectors
 from ledger.forms import RunFilterForm
+from ledger.framework.canonical_notes import canonical_notes
 from ledger.models import IntegrityCheck, Run
 from tenancy import selectors as tenancy_selectors
 
@@ -74,7 +75,8 @@ def _timeline_context(run: Run, after_seq: int) -> dict[str, object]:
 
 def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:
     page = run_page.run_dispatches(run=run, after_id=after_id)
-    return {"dispatches": page.items, "next_dispatch_after": page.next_after}
+    heading = canonical_notes().coverage_heading
+    return {"dispatches": page.items, "next_dispatch_after": page.next_after, "coverage_heading": heading}
 
 
 def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:

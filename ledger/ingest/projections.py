@@ -364,17 +364,51 @@ def _issue_path(path: Any) -> str:
     return "(root)" if path is None else str(path)
 
 
+def _issue_text(issue: Any) -> str:
+    if not isinstance(issue, dict):
+        return str(issue)
+    # String-shape issues (pattern, minLength, maxLength; 9.64) quote the offending value, an
+    # excerpt of at most 80 characters, and the parameter's description as `hint`.
+    value = issue.get("value")
+    got = orjson.dumps(value).decode() if isinstance(value, str) else issue.get("got")
+    text = f"{_issue_path(issue.get('path'))}: expected {issue.get('expected')}, got {got}"
+    hint = issue.get("hint")
+    return text + (f" (described as: {hint})" if isinstance(hint, str) else "")
+
+
 def _issues_text(payload: dict[str, Any]) -> str:
     issues = payload.get("issues")
     if not isinstance(issues, list):
         return "arguments did not match the tool's input schema"
-    parts = [
-        f"{_issue_path(i.get('path'))}: expected {i.get('expected')}, got {i.get('got')}"
-        if isinstance(i, dict)
-        else str(i)
-        for i in issues
-    ]
-    return "; ".join(parts)
+    return "; ".join(map(_issue_text, issues))
+
+
+# An unsupported-argument finding (9.63, the choice seam) names its call only in its first
+# witness's provenance: "tool call <id>: argument '<path>' as the model chose it".
+CALL_PROVENANCE: Final = ("tool call ", ": argument '")
+
+
+def _integrity_error(p: Projection, e: Event, payload: dict[str, Any]) -> None:
+    tool_name = tool_call_id = None
+    if payload.get("kind") == "unsupported-argument":
+        subjects, witnesses = payload.get("subjects"), payload.get("witnesses")
+        subject = subjects[0] if isinstance(subjects, list) and subjects else None
+        if isinstance(subject, dict) and subject.get("kind") == "tool":
+            tool_name = _str(subject, "id")
+        witness = witnesses[0] if isinstance(witnesses, list) and witnesses else None
+        provenance = witness.get("provenance") if isinstance(witness, dict) else None
+        if isinstance(provenance, str) and provenance.startswith(CALL_PROVENANCE[0]):
+            call, found, _ = provenance[len(CALL_PROVENANCE[0]) :].partition(CALL_PROVENANCE[1])
+            tool_call_id = call_id_of({"toolCallId": call}) if found else None
+    p.refusal(
+        e,
+        "integrity",
+        _str(payload, "kind"),
+        _str(payload, "message"),
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
+        iteration=_int(payload, "iteration"),
+    )
 
 
 def _pause(p: Projection, e: Event, payload: dict[str, Any]) -> None:
@@ -455,7 +489,7 @@ PROJECTORS: dict[str, Projector] = {
         when=lambda pl: pl.get("action") == "refused",
     ),
     "agent.output_contract_unmet": _refusal_of("output-contract", "brokenBy", lambda pl: _str(pl, "error")),
-    "integrity.context_error": _refusal_of("integrity", "kind", lambda pl: _str(pl, "message")),
+    "integrity.context_error": _integrity_error,
 }
 
 

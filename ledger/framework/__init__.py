@@ -1,0 +1,1 @@
+"""What the framework publishes for consumers in other languages, kept beside the code that reads it."""
