@@ -203,6 +203,6 @@ def result_shapes_of_calls(*, run: Run, calls: Iterable[Any]) -> dict[str, list[
     for event in events.order_by("seq"):
         payload = _payload(event)
         shape = read_semantics(payload.get("semantics")) if isinstance(payload, dict) else None
-        if shape is not None:
+        if shape is not None and event.tool_call_id is not None:
             found.setdefault(event.tool_call_id, []).append(shape)
     return found

@@ -5,6 +5,7 @@ one tool call's steps) and walks an index; a payload is read only when a person 
 """
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -498,28 +499,39 @@ _ARTIFACT_EVENT_TYPES = tuple(
 )
 
 
-def _note_result_kinds(run: Run, artifacts: list[Artifact]) -> None:
-    """Set `result_of` on each artifact that is a tool's result: placed by the call that minted it
+@dataclass(frozen=True)
+class StoredArtifact:
+    artifact: Artifact
+    result_of: str | None  # whose result it is, when it is a tool's (9.70 result kinds)
+
+
+def _with_result_kinds(run: Run, artifacts: Sequence[Artifact]) -> list[StoredArtifact]:
+    """Each artifact, and whose result it is when it is a tool's: placed by the call that minted it
     (its `stream.tool_end` result is the ticket naming this ref) under the tool's declared
     `resultKind` or the default `tool-result/<toolName>` (9.70); or of a tool's default kind."""
-    call_ids = {a.origin_call for a in artifacts if a.origin_call}
+    origin_calls = {a.pk: getattr(a, "origin_call", None) for a in artifacts}  # annotated by the query
     calls = {
         call.tool_call_id: call
-        for call in ToolCall.objects.with_args_and_result().filter(run=run, tool_call_id__in=call_ids)
+        for call in ToolCall.objects.with_args_and_result().filter(
+            run=run, tool_call_id__in={c for c in origin_calls.values() if c}
+        )
     }
+    stored = []
     for artifact in artifacts:
-        call = calls.get(artifact.origin_call) if artifact.origin_call else None
+        origin_call = origin_calls[artifact.pk]
+        call = calls.get(origin_call) if origin_call else None
         default_tool = default_result_tool(artifact.kind)
         result = call.result if call is not None else None
         placed = isinstance(result, dict) and result.get("placed") is True and result.get("ref") == artifact.ref
+        result_of = None
         if call is not None and placed:
             tool = call.tool_name or "(tool not named)"
             how = "its default result kind" if default_tool == call.tool_name else "the result kind the tool declares"
-            artifact.result_of = f"the result of {tool} (call {call.tool_call_id}), placed under {how}"
+            result_of = f"the result of {tool} (call {call.tool_call_id}), placed under {how}"
         elif default_tool is not None:
-            artifact.result_of = f"the default result kind of tool {default_tool}"
-        else:
-            artifact.result_of = None
+            result_of = f"the default result kind of tool {default_tool}"
+        stored.append(StoredArtifact(artifact, result_of))
+    return stored
 
 
 def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
@@ -539,11 +551,10 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
         order="created_at",
         limit=TAB_LIMIT,
     )
-    _note_result_kinds(run, stored.items)
     return {
         "artifact_events": events.items,
         "next_after_seq": events.next_after,
-        "stored_artifacts": stored.items,
+        "stored_artifacts": _with_result_kinds(run, stored.items),
         "stored_more": stored.has_more,
     }
 
