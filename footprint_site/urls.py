@@ -18,7 +18,7 @@ urlpatterns = [
     path("", include("ledger.explorer.urls")),
     path("", include("artifacts.urls")),
     path("", include("ledger.asks.urls")),
-    path("", include("ledger.explorer.urls_refusals")),
+    path("", include("ledger.refusals.urls")),
     path("", include("ledger.audits.urls")),
     path("", include("tenancy.urls")),
 ]

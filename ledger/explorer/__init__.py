@@ -1,1 +1,1 @@
-"""The explorer: run lists and search, a run's page and its tabs, and refusals traced to their cause."""
+"""The explorer: run lists and search, and a run's page and its tabs."""

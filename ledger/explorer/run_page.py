@@ -20,11 +20,11 @@ from artifacts.kinds import default_result_tool
 from artifacts.models import Artifact
 from footprint_site.pagination import Page, keyset_page, keyset_pages, page_of
 from ledger.audits.integrity_selectors import integrity_check_latest
-from ledger.explorer.refusals import CallWindow, resumed_tool_calls, tool_named_steps
 from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
 from ledger.ingest.envelopes import OTLP_RUN_PREFIX
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
 from ledger.otlp.wire import iteration_number
+from ledger.refusals.selectors import CallWindow, resumed_tool_calls, tool_named_steps
 
 TIMELINE_PAGE = 100
 DISPATCH_PAGE = 25

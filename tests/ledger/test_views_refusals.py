@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from ledger.explorer import views_refusals
 from ledger.models import Ask, MiddlewareDecision, Refusal
+from ledger.refusals import views
 from tests.conftest import ApiClient, fixture_events
 
 pytestmark = pytest.mark.django_db
@@ -226,7 +226,7 @@ def test_refusal_list_htmx_filter_renders_results_only(auditor_client: Client, a
 
 
 def test_refusal_list_pages_rows(auditor_client: Client, all_fixtures: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(views_refusals, "REFUSALS_PER_PAGE", 5)
+    monkeypatch.setattr(views, "REFUSALS_PER_PAGE", 5)
     html = _html(auditor_client.get(LIST_URL + "?category=artifact"))
     seen = _row_ids(html)
     assert len(seen) == 5

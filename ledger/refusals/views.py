@@ -12,9 +12,9 @@ from django.views.decorators.http import require_GET
 
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
 from ledger.exceptions import RefusalNotFound
-from ledger.explorer import refusals as refusal_selectors
-from ledger.explorer.refusals import RefusalFilter
 from ledger.models import Refusal
+from ledger.refusals import selectors
+from ledger.refusals.selectors import RefusalFilter
 
 REFUSALS_PER_PAGE = 50
 FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
@@ -50,7 +50,7 @@ class RefusalFilterForm(forms.Form):
 def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RefusalFilterForm(request.GET)
     filters = form.filters()
-    page = refusal_selectors.refusal_list(
+    page = selectors.refusal_list(
         user=request.user, filters=filters, cursor=request.GET.get("cursor"), limit=REFUSALS_PER_PAGE
     )
     context: dict[str, object] = {
@@ -72,8 +72,8 @@ def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
 
 def _summary_context(request: HtmxHttpRequest, filters: RefusalFilter) -> dict[str, object]:
     return {
-        "groups": refusal_selectors.refusal_groups(user=request.user, filters=filters),
-        "repeats": refusal_selectors.refusal_repeat_offences(user=request.user, filters=filters),
+        "groups": selectors.refusal_groups(user=request.user, filters=filters),
+        "repeats": selectors.refusal_repeat_offences(user=request.user, filters=filters),
     }
 
 
@@ -81,7 +81,7 @@ def _summary_context(request: HtmxHttpRequest, filters: RefusalFilter) -> dict[s
 @login_required
 def refusal_detail(request: HtmxHttpRequest, refusal_id: int) -> HttpResponse:
     try:
-        chain = refusal_selectors.refusal_chain(user=request.user, refusal_id=refusal_id)
+        chain = selectors.refusal_chain(user=request.user, refusal_id=refusal_id)
     except RefusalNotFound as exc:
         raise Http404(exc.message) from None
     return render(request, "refusals/refusal_detail.html", {"chain": chain, "refusal": chain.refusal})
