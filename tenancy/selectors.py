@@ -7,6 +7,7 @@ answers as if it did not exist.
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
+from footprint_site.pagination import Page, keyset_page
 from tenancy.models import AdminChange, AgentKey, Membership, Project
 from tenancy.services import hash_secret
 
@@ -55,10 +56,7 @@ def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
     )
 
 
-def admin_change_list_for_project(*, project: Project, before_id: int | None, limit: int) -> list[AdminChange]:
-    """The project's admin changes, newest first, after the keyset cursor `before_id`; one row more
-    than `limit` when an older page follows. Scoped by the project alone: callers check the role."""
-    changes = AdminChange.objects.filter(project=project)
-    if before_id is not None:
-        changes = changes.filter(pk__lt=before_id)
-    return list(changes.order_by("-pk")[: limit + 1])
+def admin_change_list_for_project(*, project: Project, cursor: str | None, limit: int) -> Page[AdminChange]:
+    """A page of the project's admin changes, newest first. Scoped by the project alone: callers
+    check the role."""
+    return keyset_page(AdminChange.objects.filter(project=project), order="-pk", cursor=cursor, limit=limit)
