@@ -5,6 +5,7 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -135,7 +136,7 @@ def _hold_panel(
 def artifact_hold(request: HtmxHttpRequest, project_slug: str, ref: str) -> HttpResponse:
     _, role, store = _project(request, project_slug)
     if role not in HOLDERS:
-        return HttpResponse("Only auditors and admins of this project may hold artifacts.", status=403)
+        raise PermissionDenied("Only auditors and admins of this project may hold artifacts.")
     form = HoldForm(request.POST)
     if not form.is_valid():
         return _hold_panel(request, project_slug, ref, invalid_form=form)
@@ -153,7 +154,7 @@ def artifact_hold(request: HtmxHttpRequest, project_slug: str, ref: str) -> Http
 def artifact_hold_release(request: HtmxHttpRequest, project_slug: str, ref: str, hold_id: int) -> HttpResponse:
     _, role, store = _project(request, project_slug)
     if role not in HOLDERS:
-        return HttpResponse("Only auditors and admins of this project may release holds.", status=403)
+        raise PermissionDenied("Only auditors and admins of this project may release holds.")
     request.POST  # noqa: B018 - reading the form enforces the size and field-count limits
     hold = ArtifactHold.objects.filter(pk=hold_id, store=store, artifact_ref=ref).first() if is_ref(ref) else None
     if hold is None:
@@ -167,7 +168,7 @@ def artifact_hold_release(request: HtmxHttpRequest, project_slug: str, ref: str,
 def retention_edit(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
     project, role, store = _project(request, project_slug)
     if role != Membership.Role.ADMIN:
-        return HttpResponse("Only admins of this project may change its retention.", status=403)
+        raise PermissionDenied("Only admins of this project may change its retention.")
     form = RetentionForm(request.POST or None, instance=store)
     if request.method == "POST" and form.is_valid():
         services.store_update_retention(store=store, user=signed_in_user(request), **form.cleaned_data)

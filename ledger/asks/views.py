@@ -4,6 +4,7 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -82,7 +83,7 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
     except AskNotFound:
         raise Http404("No such ask.") from None
     if role not in DECIDERS:
-        return HttpResponse("Only approvers of this project may decide its asks.", status=403)
+        raise PermissionDenied("Only approvers of this project may decide its asks.")
     form = DecisionForm(request.POST, plain=ask.kind == Ask.Kind.PLAIN)
     status = 409 if ask.status != Ask.Status.OPEN else 200
     if status == 200 and not form.is_valid():
