@@ -48,11 +48,6 @@ DECISION_VALUE_KEYS = frozenset({"kind", "value", "from", "coverage"})
 # (agentfootprint 9.69): its pauseData names the driver it handed the browser to. Approving it
 # hands control back to the agent, which resumes on the page the person left.
 TAKEOVER_KEY = "handControlTo"
-# What approving an ask does, in the words the inbox and the ask page use.
-APPROVING_DOES = {
-    Ask.Kind.TAKEOVER: "hand control back to the agent",
-    Ask.Kind.CREDENTIAL: "grant the authorization the step asks for",
-}
 
 
 def ask_fields(pause_data: dict[str, Any]) -> dict[str, Any]:
