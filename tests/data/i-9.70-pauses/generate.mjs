@@ -1,4 +1,6 @@
-// Regenerates the 9.62.0 halves of this folder: node generate.mjs consent <sessionId> | takeover <sessionId>.
+// Regenerates the 9.62.0 files of this folder, e.g.
+//   node generate.mjs consent fixture-session-i-consent-a a > consent-a.json
+//   node generate.mjs takeover fixture-session-i-takeover-b b > takeover-b.json
 // The framework is read from AGENTFOOTPRINT_DIST (default: the built 9.62.0 beside the shared spec).
 const dist = process.env.AGENTFOOTPRINT_DIST ?? '/work/shared/tools/agentfootprint-9.62.0/dist/esm';
 const { Agent, defineTool, pauseHere } = await import(`${dist}/index.js`);
@@ -53,6 +55,19 @@ async function takeover(sessionId) {
   return { outcome, events, resumeStartsAtSeq, answer, handovers };
 }
 
-const which = process.argv[2];
-const r = which === 'consent' ? await consent(process.argv[3]) : await takeover(process.argv[3]);
-console.log(JSON.stringify(r, null, 2));
+const [which, sessionId, suffix] = process.argv.slice(2);
+const r = which === 'consent' ? await consent(sessionId) : await takeover(sessionId);
+const scenario = which === 'consent'
+  ? `i-consent-${suffix}: a tool declaring needs {credential: billing, mode: user}; the credential provider answers authorization-required, then issued once the person consented; resumed with {sessionId}`
+  : `i-takeover-${suffix}: a tool that hands its browser session to a person (handControlTo('person')) and pauses with pauseHere; resumed with {sessionId} after handControlTo('agent')`;
+const { checkpoint, ...pauseOutcome } = r.outcome;
+console.log(JSON.stringify({
+  scenario,
+  agentfootprintVersion: '9.62.0',
+  resumeStartsAtSeq: r.resumeStartsAtSeq,
+  pauseOutcome,
+  checkpoint,
+  answer: r.answer,
+  events: r.events,
+  ...(r.handovers && { handovers: r.handovers }),
+}, null, 2));
