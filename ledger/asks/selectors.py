@@ -21,7 +21,7 @@ from tenancy.selectors import approver_projects, projects_for_user, role_of
 
 # What approving an ask does, in the words the inbox and the ask page use, for the kinds where
 # "approve" alone would not say it.
-APPROVING_DOES = {
+APPROVING_DOES: dict[str, str] = {
     Ask.Kind.TAKEOVER: "hand control back to the agent",
     Ask.Kind.CREDENTIAL: "grant the authorization the step asks for",
 }
