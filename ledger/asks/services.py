@@ -636,7 +636,11 @@ def _close_by_resumed_end(project: Project, tool_call_id: str, reporter: _Report
     with the controls handed back; a consent was granted when that run was issued the credential
     (`credential.acquired` for the service) and still missing when it was not (the framework then
     hands the model a refusal and may pause afresh)."""
-    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind__in=CLOSED_BY_RESUMED_END)
+    # A fresh runId is what makes the run a resumed one (spec §2.4): the paused run's own calls
+    # close nothing.
+    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind__in=CLOSED_BY_RESUMED_END).exclude(
+        run_id=reporter.run_id
+    )
     ask = _the_ask_reported(asks, reporter)
     if ask is None:
         return False
@@ -664,30 +668,29 @@ def _the_ask_reported(asks: QuerySet[Ask], reporter: _Reporter) -> Ask | None:
     The resumed run reports under a new runId: the ask is found by its tool call, in the run's own
     session and agent. Ids like 'op-5' repeat across sessions (scripted and mock providers reuse
     them), so an ask of another session or agent is never a candidate; when the run names no
-    session, its agent key's asks are preferred. More than one left (one session paused twice on
-    one call id; a run that names no session) is a true ambiguity: nothing is decided, and the ask
-    page says why (`ask_unresolved_reports`). A decided ask counts: the report may be the echo of a
+    session, its agent key's asks are preferred. More than one left is an ambiguity nothing
+    settles: nothing is decided (one session paused twice on one call id: the ask page says why,
+    `selectors.ask_unresolved_report`). A decided ask counts: the report may be the echo of a
     decision made here. A superseded ask is decided too: the run's report is evidence, the
     supersede a derivation (its session paused again before the resumed run's events arrived). A
     report the agent's clock puts before the pause is another run's, never this pause's answer."""
-    candidates = list(
-        asks.exclude(run_id=reporter.run_id)
-        .annotate(
-            agent_id=Subquery(
-                Run.objects.filter(project=OuterRef("project"), run_id=OuterRef("run_id")).values("agent_id")[:1]
-            )
+    asks = asks.annotate(
+        agent_id=Subquery(
+            Run.objects.filter(project=OuterRef("project"), run_id=OuterRef("run_id")).values("agent_id")[:1]
         )
-        .only("pk", "status", "session_id", "run_id", "paused_at_ms", "reporting_key_ids", "kind", "detail")
-        .order_by("pk")[:MAX_SAME_CALL]
-    )
+    ).only("pk", "status", "session_id", "run_id", "paused_at_ms", "reporting_key_ids", "kind", "detail")
+    # Narrowed in the query first: a scripted id may have paused in many sessions of the project.
+    if reporter.session_id is not None:
+        asks = asks.filter(Q(session_id=reporter.session_id) | Q(session_id__isnull=True))
+    elif reporter.key_id is not None:
+        own = asks.filter(reporting_key_ids__contains=[reporter.key_id])
+        asks = own if own.exists() else asks
+    candidates = list(asks.order_by("pk")[:MAX_SAME_CALL])
     if reporter.session_id is not None:
         same = [ask for ask in candidates if ask.session_id == reporter.session_id]
-        candidates = same or [ask for ask in candidates if ask.session_id is None]
+        candidates = same or candidates  # else the asks whose session is not known
     if reporter.agent_id is not None:
         candidates = [ask for ask in candidates if getattr(ask, "agent_id", None) in (None, reporter.agent_id)]
-    if reporter.session_id is None and reporter.key_id is not None:
-        own = [ask for ask in candidates if reporter.key_id in ask.reporting_key_ids]
-        candidates = own or candidates
     if len(candidates) != 1 or candidates[0].status not in UNDECIDED:
         return None
     ask = candidates[0]

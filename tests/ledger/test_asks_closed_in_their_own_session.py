@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from ledger.asks.services import ask_open, asks_from_events
+from ledger.ingest.envelopes import check_events
 from ledger.models import Ask
 from tenancy.models import Project
 from tests.conftest import ApiClient, load_fixture, numbered_per_run
@@ -184,3 +186,29 @@ def test_an_ask_alone_in_its_session_says_nothing_of_ambiguity(
     page = approver_client.get(f"/asks/{_ask_of(paused_run('takeover-a')).pk}/").content.decode()
 
     assert "cannot tell which one it answers" not in page
+
+
+def test_a_call_id_paused_in_many_sessions_still_closes_the_reporting_sessions_ask(project: Project) -> None:
+    """A scripted id pauses in every session that runs the script: the one named is found among them."""
+    pause_data = load_fixture("c-checkin/checkin-pause.json")["pauseOutcome"]["pauseData"]
+    asks = [
+        ask_open(
+            project=project,
+            key=None,
+            run_id=f"run-{n}",
+            session_id=f"session-{n}",
+            pause_data=pause_data,
+            checkpoint=None,
+            deadline=None,
+            on_timeout="decline",
+        )[0]
+        for n in range(30)
+    ]
+    report = {"toolCallId": "c3", "approved": True, "by": "alice@ops"}
+    meta = {"runId": "run-resumed-29", "sessionId": "session-29"}
+    events = check_events([{"seq": 0, "type": "agentfootprint.checkin.decision", "payload": report, "meta": meta}])
+
+    asks_from_events(project=project, events=events, key=None)
+
+    decided = Ask.objects.filter(pk__in=[ask.pk for ask in asks], status=Ask.Status.DECIDED)
+    assert [ask.session_id for ask in decided] == ["session-29"]
