@@ -368,7 +368,10 @@ class Ask(models.Model):
         ASK = "ask", "middleware ask"
         CHECK_IN = "checkIn", "check-in"
         PLAIN = "plain", "question (askHuman)"
-        CREDENTIAL = "credential", "credential consent"
+        # A tool's declared credential waits on a person's 3LO consent (pauseData.authorization).
+        CREDENTIAL = "credential", "authorization consent"
+        # A browser handed to a person (`handControlTo('person')`), waiting to be handed back.
+        TAKEOVER = "takeover", "person takeover"
 
     class Status(models.TextChoices):
         OPEN = "open"

@@ -19,6 +19,13 @@ from ledger.models import Ask, Run, RunEvent, ToolCall
 from tenancy.models import Project
 from tenancy.selectors import approver_projects, projects_for_user, role_of
 
+# What approving an ask does, in the words the inbox and the ask page use, for the kinds where
+# "approve" alone would not say it.
+APPROVING_DOES: dict[str, str] = {
+    Ask.Kind.TAKEOVER: "hand control back to the agent",
+    Ask.Kind.CREDENTIAL: "grant the authorization the step asks for",
+}
+
 
 def ask_get(*, project: Project, ask_id: int) -> Ask:
     ask = Ask.objects.filter(project=project, pk=ask_id).defer("checkpoint").first()
@@ -169,3 +176,51 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
         "history": history,
         "component": component,
     }
+
+
+# What a resumed run files that closes an ask of each kind (ledger.asks.services): a question
+# (askHuman) is closed by nothing its run reports, only decided.
+_REPORTED_BY = {
+    Ask.Kind.CHECK_IN: ("agentfootprint.checkin.decision",),
+    Ask.Kind.ASK: ("agentfootprint.checkin.decision", "agentfootprint.middleware.decision"),
+    Ask.Kind.TAKEOVER: ("agentfootprint.stream.tool_end",),
+    Ask.Kind.CREDENTIAL: ("agentfootprint.stream.tool_end",),
+}
+
+
+def ask_unresolved_report(*, ask: Ask) -> str | None:
+    """Why a resumed run's report left `ask` undecided, when it is the one true ambiguity: its
+    session paused twice on the same tool call id, so the report names a call two of the session's
+    asks wait on (`services._the_ask_reported`). None otherwise."""
+    types = _REPORTED_BY.get(Ask.Kind(ask.kind))
+    if ask.status == Ask.Status.DECIDED or ask.session_id is None or types is None:
+        return None
+    waiting = list(
+        Ask.objects.filter(
+            project_id=ask.project_id,
+            session_id=ask.session_id,
+            tool_call_id=ask.tool_call_id,
+            status__in=(Ask.Status.OPEN, Ask.Status.SUPERSEDED),
+        ).values_list("run_id", flat=True)
+    )
+    if len(waiting) < 2:
+        return None
+    reporting_run = (
+        RunEvent.objects.filter(
+            run__project_id=ask.project_id,
+            run__session_id=ask.session_id,
+            tool_call_id=ask.tool_call_id,
+            type__in=types,
+        )
+        .exclude(run__run_id__in=waiting)
+        .values_list("run__run_id", flat=True)
+        .first()
+    )
+    if reporting_run is None:
+        return None
+    return (
+        f"Run {reporting_run} of session {ask.session_id} resumed tool call {ask.tool_call_id} and reported "
+        f"how it was decided, but {len(waiting)} asks of this session paused on that call id, so the "
+        "server cannot tell which one it answers. It decides neither: this ask stays as it is until "
+        "someone decides it here."
+    )

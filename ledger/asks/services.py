@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, models, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -44,6 +44,12 @@ MAX_VALUE_CHARS = 100_000
 DECISION_VALUE_KEYS = frozenset({"kind", "value", "from", "coverage"})
 
 
+# A person takeover is the pause of a tool that called `BrowserSession.handControlTo('person')`
+# (agentfootprint 9.69): its pauseData names the driver it handed the browser to. Approving it
+# hands control back to the agent, which resumes on the page the person left.
+TAKEOVER_KEY = "handControlTo"
+
+
 def ask_fields(pause_data: dict[str, Any]) -> dict[str, Any]:
     """What kind of pause this is (the framework's `pauseDemandsDecision`) and what to show for it."""
     check_in = pause_data.get("checkIn")
@@ -65,8 +71,23 @@ def ask_fields(pause_data: dict[str, Any]) -> dict[str, Any]:
             "middleware": middleware_ask.get("middleware"),
             "component": middleware_ask.get("component"),
         }
-    if isinstance(pause_data.get("authorization"), dict):
-        return {"kind": Ask.Kind.CREDENTIAL, "question": pause_data.get("question")}
+    authorization = pause_data.get("authorization")
+    if isinstance(authorization, dict):
+        # The consent URL is a bearer capability (the framework withholds it from its own events):
+        # what is shown is the service the step needs, never the URL.
+        service = authorization.get("service")
+        return {
+            "kind": Ask.Kind.CREDENTIAL,
+            "question": pause_data.get("question"),
+            "detail": {"service": service} if isinstance(service, str) else None,
+        }
+    if pause_data.get(TAKEOVER_KEY) == "person":
+        return {
+            "kind": Ask.Kind.TAKEOVER,
+            "question": pause_data.get("question"),
+            "detail": {k: v for k, v in pause_data.items() if k not in ("toolCallId", "toolName", "question")},
+            "component": pause_data.get("component"),
+        }
     question = pause_data.get("question")
     return {
         "kind": Ask.Kind.PLAIN,
@@ -131,8 +152,10 @@ def _check_decision(ask: Ask, via: str, by_label: str, note: str | None, value: 
         raise AskInvalid(f"value may be at most {MAX_VALUE_CHARS:,} characters of JSON; this one is {characters:,}.")
     if json_holds_nul(written):
         raise AskInvalid("value must not contain U+0000.")
-    if ask.kind == Ask.Kind.PLAIN:
-        return  # any value, null included, is an answer (spec §2.1)
+    if ask.kind in (Ask.Kind.PLAIN, Ask.Kind.TAKEOVER):
+        # Any value, null included, is an answer (spec §2.1); a takeover is an askHuman pause too,
+        # whose value, when one is sent, is what the tool resumes with.
+        return
     if not _is_decision_value(value):
         raise AskInvalid(
             "value of a check-in or middleware ask is a DecisionValue {kind, value, from?, coverage?}: "
@@ -426,14 +449,19 @@ def runs_traced_from_consumer_scope(*, project: Project, events: list[Event]) ->
 def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | None) -> None:
     """Open asks from ingested `pause.request` / `checkin.request` events, opened by `key` (the
     agent key that posted them, which so may not decide them); close them on what a resumed run
-    reports decided elsewhere: a `checkin.decision`, or a middleware ask's verdict row (spec §1.7:
-    that path files no check-in events). Runs inside the ingestion transaction, after its run
+    reports decided elsewhere: a `checkin.decision`, a middleware ask's verdict row (spec §1.7:
+    that path files no check-in events), or, for a person takeover and an authorization consent,
+    the resumed run's end of the paused call. Runs inside the ingestion transaction, after its run
     locks; takes the sessions' lock (`_lock_sessions`) before it touches an ask."""
     reported: list[tuple[str, dict[str, Any], Event, str]] = []  # (type, decision or pauseData, event, run)
+    ends: list[Event] = []
     for event in events:
         short = event.type.removeprefix("agentfootprint.")
         if short in ("checkin.decision", "middleware.decision"):
             reported.append((short, event.payload if isinstance(event.payload, dict) else {}, event, event.run_id))
+            continue
+        if short == "stream.tool_end":
+            ends.append(event)
             continue
         pause_data = _pause_data_of(event)
         if pause_data is None:
@@ -448,21 +476,28 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
                 pk__in=list(traced.select_for_update(skip_locked=True).values_list("pk", flat=True))
             ).update(status=Run.Status.PAUSED, status_seq=F("max_seq"))
         reported.append((short, pause_data, event, run_id))
-    if not reported:
+    # Ends close only takeovers and consents, which are rare: one query says whether any of this
+    # batch's ends can be one's, before the sessions' lock is taken for them.
+    ends = _ends_of_waiting_calls(project, ends)
+    if not reported and not ends:
         return
     _lock_sessions(project.pk)
     # A resumed run's report is an agent's: a key that may not handle asks (an exporter's, a log
     # shipper's) stores it as evidence and closes nothing with it.
     may_report = key is None or AgentKey.Scope.ASKS in key.scopes
+    key_id = None if key is None else key.pk
     for short, data, event, run_id in reported:
         if short == "checkin.decision":
             if may_report:
-                _close_reported_check_in(project, data, event.wall_clock_ms)
+                _close_reported_check_in(project, data, _reporter_of(project, event, key_id))
         elif short == "middleware.decision":
             if may_report:
-                _close_reported_middleware_ask(project, data, event.wall_clock_ms)
+                _close_reported_middleware_ask(project, data, _reporter_of(project, event, key_id))
         else:
             _open_reported(project, key, short, data, event.meta, run_id)
+    if may_report:
+        for event in ends:
+            _close_by_resumed_end(project, event.payload["toolCallId"], _reporter_of(project, event, key_id))
 
 
 def _open_reported(
@@ -514,19 +549,75 @@ def _open_reported(
 # What a `checkin.decision` may close: a check-in, or a middleware ask an integration resumed;
 # never a question (its answer is the tool's result) nor a consent gate.
 CLOSED_BY_CHECKIN_REPORTS = (Ask.Kind.CHECK_IN, Ask.Kind.ASK)
+# What the resumed run's end of the paused call closes: the framework files no decision event for
+# these two, and the call's end is where the resumed run reports it carried on.
+CLOSED_BY_RESUMED_END = (Ask.Kind.TAKEOVER, Ask.Kind.CREDENTIAL)
+UNDECIDED = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
+CREDENTIAL_ISSUED = "agentfootprint.credential.acquired"
+TOOL_END = "agentfootprint.stream.tool_end"
 
 
-def _close_reported_check_in(project: Project, payload: Mapping[str, Any], reported_at_ms: int | None) -> bool:
+class _Reporter(NamedTuple):
+    """The resumed run that reports a decision: its id, and its session and agent where known
+    (`meta.sessionId` of the report, else its run's; the run's agent id; the key that sent it)."""
+
+    run_id: str
+    run_pk: int | None
+    session_id: str | None
+    agent_id: str | None
+    key_id: int | None
+    at_ms: int | None
+
+
+def _reporter_of(project: Project, event: Event, key_id: int | None) -> _Reporter:
+    run = Run.objects.filter(project=project, run_id=event.run_id).values_list("pk", "session_id", "agent_id").first()
+    run_pk, run_session, agent_id = run if run else (None, None, None)
+    session_id = event.meta.get("sessionId")
+    return _Reporter(
+        event.run_id,
+        run_pk,
+        session_id if is_plain_id(session_id) else run_session,
+        agent_id,
+        key_id,
+        event.wall_clock_ms,
+    )
+
+
+def _ends_of_waiting_calls(project: Project, ends: list[Event]) -> list[Event]:
+    """The `stream.tool_end` events among `ends` whose call a takeover or a consent of another
+    run still waits on."""
+    by_call = {
+        event.payload["toolCallId"]: event
+        for event in ends
+        if isinstance(event.payload, dict) and is_plain_id(event.payload.get("toolCallId"))
+    }
+    if not by_call:
+        return []
+    waiting = set(
+        Ask.objects.filter(
+            project=project, tool_call_id__in=list(by_call), kind__in=CLOSED_BY_RESUMED_END, status__in=UNDECIDED
+        ).values_list("tool_call_id", "run_id")
+    )
+    return [
+        event
+        for event in ends
+        if isinstance(event.payload, dict)
+        and any(call == event.payload.get("toolCallId") and run != event.run_id for call, run in waiting)
+    ]
+
+
+def _close_reported_check_in(project: Project, payload: Mapping[str, Any], reporter: _Reporter) -> bool:
     """Close the ask its resumed run reports decided elsewhere with a `checkin.decision` (the
     framework files one for a check-in)."""
     tool_call_id, approved = payload.get("toolCallId"), payload.get("approved")
     if not is_plain_id(tool_call_id) or not isinstance(approved, bool):
         return False
     asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind__in=CLOSED_BY_CHECKIN_REPORTS)
-    return _close_reported(asks, reported_at_ms, approved, payload.get("by"), payload.get("note"))
+    ask = _the_ask_reported(asks, reporter)
+    return ask is not None and _claim_reported(ask, approved, payload.get("by"), payload.get("note"))
 
 
-def _close_reported_middleware_ask(project: Project, payload: Mapping[str, Any], reported_at_ms: int | None) -> bool:
+def _close_reported_middleware_ask(project: Project, payload: Mapping[str, Any], reporter: _Reporter) -> bool:
     """Close the middleware ask its resumed run reports decided elsewhere (its verdict row)."""
     verdict, tool_call_id, middleware = (
         resumed_ask_verdict(payload),
@@ -536,26 +627,81 @@ def _close_reported_middleware_ask(project: Project, payload: Mapping[str, Any],
     if verdict is None or not is_plain_id(tool_call_id) or not is_plain_id(middleware):
         return False
     asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind=Ask.Kind.ASK, middleware=middleware)
-    return _close_reported(asks, reported_at_ms, *verdict)
+    ask = _the_ask_reported(asks, reporter)
+    return ask is not None and _claim_reported(ask, *verdict)
 
 
-def _close_reported(asks: QuerySet[Ask], reported_at_ms: int | None, approved: bool, by: object, note: object) -> bool:
-    """Close the one ask among `asks` (one tool call's) as its resumed run reports it decided.
-    Whether it did. A report the agent's clock puts before the pause is another run's (scripted
-    ids like 't3' repeat), never this pause's answer."""
-    # The resumed run reports under a new runId and no session, so the ask is found by its tool
-    # call alone. Ids like 'c3' repeat across runs: the report may be the echo of another ask's
-    # decision made here, so unless this is the project's only ask for the call, nothing is decided.
-    # A superseded ask is decided too: the run's report is evidence, the supersede a derivation
-    # (its session paused again before the resumed run's buffered events arrived).
-    undecided = (Ask.Status.OPEN, Ask.Status.SUPERSEDED)
-    candidates = list(asks[:2])
-    if len(candidates) != 1 or candidates[0].status not in undecided:
+def _close_by_resumed_end(project: Project, tool_call_id: str, reporter: _Reporter) -> bool:
+    """Close the takeover or consent whose call the resumed run ended. A takeover's run carried on
+    with the controls handed back; a consent was granted when that run was issued the credential
+    (`credential.acquired` for the service) and still missing when it was not (the framework then
+    hands the model a refusal and may pause afresh)."""
+    # A fresh runId is what makes the run a resumed one (spec §2.4): the paused run's own calls
+    # close nothing.
+    asks = Ask.objects.filter(project=project, tool_call_id=tool_call_id, kind__in=CLOSED_BY_RESUMED_END).exclude(
+        run_id=reporter.run_id
+    )
+    ask = _the_ask_reported(asks, reporter)
+    if ask is None:
         return False
-    paused_at_ms = candidates[0].paused_at_ms
-    if reported_at_ms is not None and paused_at_ms is not None and reported_at_ms < paused_at_ms:
-        return False
-    claimed = Ask.objects.filter(pk=candidates[0].pk, status__in=undecided).update(
+    by = f"resumed run {reporter.run_id}"
+    if ask.kind == Ask.Kind.TAKEOVER:
+        return _claim_reported(ask, True, by, "the resumed run took the controls back and carried on")
+    service = (ask.detail or {}).get("service") if isinstance(ask.detail, dict) else None
+    issued = (
+        reporter.run_pk is not None
+        and isinstance(service, str)
+        and RunEvent.objects.filter(
+            run_id=reporter.run_pk, type=CREDENTIAL_ISSUED, doc__payload__service=service
+        ).exists()
+    )
+    note = "the resumed run was issued the credential" if issued else "the resumed run still lacked the authorization"
+    return _claim_reported(ask, issued, by, note)
+
+
+MAX_SAME_CALL = 20  # asks of one call id read to find a report's own: more are other runs' ids
+
+
+def _the_ask_reported(asks: QuerySet[Ask], reporter: _Reporter) -> Ask | None:
+    """The one undecided ask among `asks` (one tool call's) that `reporter`'s run resumed, or None.
+
+    The resumed run reports under a new runId: the ask is found by its tool call, in the run's own
+    session and agent. Ids like 'op-5' repeat across sessions (scripted and mock providers reuse
+    them), so an ask of another session or agent is never a candidate; when the run names no
+    session, its agent key's asks are preferred. More than one left is an ambiguity nothing
+    settles: nothing is decided (one session paused twice on one call id: the ask page says why,
+    `selectors.ask_unresolved_report`). A decided ask counts: the report may be the echo of a
+    decision made here. A superseded ask is decided too: the run's report is evidence, the
+    supersede a derivation (its session paused again before the resumed run's events arrived). A
+    report the agent's clock puts before the pause is another run's, never this pause's answer."""
+    asks = asks.annotate(
+        agent_id=Subquery(
+            Run.objects.filter(project=OuterRef("project"), run_id=OuterRef("run_id")).values("agent_id")[:1]
+        )
+    ).only("pk", "status", "session_id", "run_id", "paused_at_ms", "reporting_key_ids", "kind", "detail")
+    # Narrowed in the query first: a scripted id may have paused in many sessions of the project.
+    if reporter.session_id is not None:
+        asks = asks.filter(Q(session_id=reporter.session_id) | Q(session_id__isnull=True))
+    elif reporter.key_id is not None:
+        own = asks.filter(reporting_key_ids__contains=[reporter.key_id])
+        asks = own if own.exists() else asks
+    candidates = list(asks.order_by("pk")[:MAX_SAME_CALL])
+    if reporter.session_id is not None:
+        same = [ask for ask in candidates if ask.session_id == reporter.session_id]
+        candidates = same or candidates  # else the asks whose session is not known
+    if reporter.agent_id is not None:
+        candidates = [ask for ask in candidates if getattr(ask, "agent_id", None) in (None, reporter.agent_id)]
+    if len(candidates) != 1 or candidates[0].status not in UNDECIDED:
+        return None
+    ask = candidates[0]
+    if reporter.at_ms is not None and ask.paused_at_ms is not None and reporter.at_ms < ask.paused_at_ms:
+        return None
+    return ask
+
+
+def _claim_reported(ask: Ask, approved: bool, by: object, note: object) -> bool:
+    """Record the decision a resumed run reports for `ask`, unless one was recorded meanwhile."""
+    claimed = Ask.objects.filter(pk=ask.pk, status__in=UNDECIDED).update(
         status=Ask.Status.DECIDED,
         superseded_by=None,
         approved=approved,
@@ -566,7 +712,7 @@ def _close_reported(asks: QuerySet[Ask], reported_at_ms: int | None, approved: b
     )
     if claimed:
         # The run's own report is the chain's record of it; the long-polls still wake.
-        ask_waiters_wake(candidates[0].pk)
+        ask_waiters_wake(ask.pk)
     return bool(claimed)
 
 
@@ -574,25 +720,42 @@ def _close_if_reported_already(ask: Ask) -> bool:
     """A new ask whose resumed run already reported its decision (its events came first, a
     batch of another run flushed sooner): closed by that report as it would have been. Whether it
     was."""
-    if ask.kind not in CLOSED_BY_CHECKIN_REPORTS:
+    if ask.kind not in (*CLOSED_BY_CHECKIN_REPORTS, *CLOSED_BY_RESUMED_END):
         return False
     # The resumed run holds the call as a row of its own (an end without a start).
-    resumed_runs = (
-        ToolCall.objects.filter(run__project=ask.project, tool_call_id=ask.tool_call_id)
-        .exclude(run__run_id=ask.run_id)
-        .values("run")
+    resumed_calls = ToolCall.objects.filter(run__project=ask.project, tool_call_id=ask.tool_call_id).exclude(
+        run__run_id=ask.run_id
     )
+    if ask.kind in CLOSED_BY_RESUMED_END:
+        ended = resumed_calls.filter(end_seq__isnull=False).values_list(
+            "run__run_id", "run_id", "run__session_id", "run__agent_id"
+        )[:MAX_REPORTS_READ]
+        for run_id, run_pk, session_id, agent_id in ended:
+            at_ms = (
+                RunEvent.objects.filter(run_id=run_pk, tool_call_id=ask.tool_call_id, type=TOOL_END)
+                .values_list("wall_clock_ms", flat=True)
+                .first()
+            )
+            reporter = _Reporter(run_id, run_pk, session_id, agent_id, None, at_ms)
+            if _close_by_resumed_end(ask.project, ask.tool_call_id, reporter):
+                return True
+        return False
     reports = RunEvent.objects.filter(
-        run__in=resumed_runs,
+        run__in=resumed_calls.values("run"),
         tool_call_id=ask.tool_call_id,
         type__in=["agentfootprint.checkin.decision", "agentfootprint.middleware.decision"],
-    ).values_list("type", "doc", "wall_clock_ms")[:MAX_REPORTS_READ]
-    for type_, doc, wall_clock_ms in reports:
+    ).values_list("type", "doc", "wall_clock_ms", "run__run_id", "run_id", "run__session_id", "run__agent_id")[
+        :MAX_REPORTS_READ
+    ]
+    for type_, doc, wall_clock_ms, run_id, run_pk, run_session, agent_id in reports:
         payload = doc.get("payload") if isinstance(doc, dict) else None
         if not isinstance(payload, dict):
             continue
+        meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+        session_id = meta.get("sessionId") if is_plain_id(meta.get("sessionId")) else run_session
+        reporter = _Reporter(run_id, run_pk, session_id, agent_id, None, wall_clock_ms)
         close = _close_reported_check_in if type_.endswith("checkin.decision") else _close_reported_middleware_ask
-        if close(ask.project, payload, wall_clock_ms):
+        if close(ask.project, payload, reporter):
             return True
     return False
 

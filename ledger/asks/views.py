@@ -29,6 +29,8 @@ COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
 @varies_with_htmx
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     page = ask_selectors.inbox_open_asks(user=request.user, cursor=request.GET.get("cursor"), limit=ASKS_PER_PAGE)
+    for ask in page.items:
+        ask.approving_does = ask_selectors.APPROVING_DOES.get(ask.kind)  # type: ignore[attr-defined]
     context = {
         "asks": page.items,
         "next_cursor": page.next_cursor,
@@ -65,6 +67,8 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         "component_json": _pretty(component),
         "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
         "deliveries": ask.deliveries.prefetch_related("attempt_log"),
+        "approving_does": ask_selectors.APPROVING_DOES.get(ask.kind),
+        "unresolved_report": ask_selectors.ask_unresolved_report(ask=ask),
     }
 
 

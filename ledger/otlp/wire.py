@@ -38,6 +38,8 @@ STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
 MAX_NANOS = 2**63 - 1  # the columns are bigint; fixed64 could hold more
 CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
 ITERATION_NAME = re.compile(r"iteration:(\d+)$")
+# The GenAI semconv evaluation event: otelObservability writes an `agentfootprint.eval.score` as it.
+EVALUATION_EVENT = "gen_ai.evaluation.result"
 # A stand-in for an OTLP/JSON id that is not hex: one byte long, so the span is rejected below
 # with the others that carry a bad id instead of failing the whole request.
 NOT_HEX = base64.b64encode(b"\x00").decode()
@@ -386,10 +388,15 @@ def _chat(span: Span) -> tuple[Planned, Planned]:
 
 def _agent(span: Span) -> tuple[Planned, Planned | None]:
     a = span.attributes
+    # Under `captureContent` (9.66) the turn's prompt and answer ride the agent span as AgentCore
+    # names them; over `maxContentChars` the adapter states their size instead. They go back onto
+    # the events they came from: turn_start's `userPrompt`, turn_end's `finalContent`.
     start = _some(
         turnIndex=_int(a, "agentfootprint.turn.index"),
         agentName=_str(a, "gen_ai.agent.name"),
         agentfootprintRunId=_str(a, "agentfootprint.run.id"),
+        userPrompt=_str(a, "gen_ai.task.input"),
+        userPromptOmittedChars=_int(a, "agentfootprint.task.input.omitted_chars"),
     )
     end: Planned | None
     if _failed(span):
@@ -409,9 +416,36 @@ def _agent(span: Span) -> tuple[Planned, Planned | None]:
             totalOutputTokens=_int(a, "gen_ai.usage.output_tokens"),
             iterationCount=_int(a, "agentfootprint.iteration.count"),
             durationMs=_duration_ms(span),
+            finalContent=_str(a, "gen_ai.task.output"),
+            finalContentOmittedChars=_int(a, "agentfootprint.task.output.omitted_chars"),
         )
         end = ("agent.turn_end", payload, span.end_unix_nano)
     return ("agent.turn_start", start, span.start_unix_nano), end
+
+
+def _evaluation(span: Span, a: dict[str, Any]) -> dict[str, Any]:
+    """A `gen_ai.evaluation.result` span event as the `eval.score` it was made from (otel.ts ·
+    `evaluationAttrs`): on the span it scores, on an `agentfootprint.evaluation` span under the
+    turn, or on one of its own that says why it stands alone (`agentfootprint.eval.unparented`)."""
+    value = a.get("gen_ai.evaluation.score.value")
+    threshold = a.get("agentfootprint.eval.threshold")
+    return _some(
+        metricId=_str(a, "gen_ai.evaluation.name"),
+        value=value if _is_number(value) else None,
+        label=_str(a, "gen_ai.evaluation.score.label"),
+        explanation=_str(a, "gen_ai.evaluation.explanation"),
+        explanationOmittedChars=_int(a, "agentfootprint.eval.explanation.omitted_chars"),
+        target=_str(a, "agentfootprint.eval.target"),
+        targetRef=_str(a, "agentfootprint.eval.target_ref"),
+        threshold=threshold if _is_number(threshold) else None,
+        evaluator=_str(a, "agentfootprint.eval.evaluator"),
+        unparented=_str(span.attributes, "agentfootprint.eval.unparented"),
+        source="otlp",
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _iteration(span: Span, number: int) -> tuple[Planned, Planned]:
@@ -455,8 +489,10 @@ def span_events(span: Span, *, nested_agent: bool = False) -> list[dict[str, Any
     inner: list[tuple[int, int, Planned]] = []
     for index, event in enumerate(span.events):
         name = event["name"]
-        if name.startswith(AF_PREFIX) and len(name) <= MAX_TYPE_LENGTH:
-            at = int(event["timeUnixNano"]) or span.start_unix_nano
+        at = int(event["timeUnixNano"]) or span.start_unix_nano
+        if name == EVALUATION_EVENT:
+            inner.append((at, index, ("eval.score", _evaluation(span, event["attributes"]), at)))
+        elif name.startswith(AF_PREFIX) and len(name) <= MAX_TYPE_LENGTH:
             inner.append((at, index, (name.removeprefix(AF_PREFIX), span_event_payload(name, event["attributes"]), at)))
     cost = _usd(span.attributes, "cost.cumulative_usd") if operation == "invoke_agent" else None
     if cost is not None:  # the adapter's cost.tick, stamped on the turn's span (spec §6): as of its end
