@@ -452,6 +452,13 @@ class Ask(models.Model):
             models.Index(fields=["deadline"], name="ask_deadline", condition=models.Q(status="open")),
             # A session's asks, whatever their status: which of them paused later (superseding).
             models.Index(fields=["project", "session_id"], name="ask_in_session"),
+            # Ingestion asks, for every batch with a call's end, whether any takeover or consent
+            # still waits in the project (ledger.asks.services.asks_close_handed_back): almost never.
+            models.Index(
+                fields=["project"],
+                name="ask_handoff_waiting",
+                condition=models.Q(kind__in=["takeover", "credential"], status__in=["open", "superseded"]),
+            ),
         ]
 
     def __str__(self) -> str:

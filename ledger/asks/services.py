@@ -454,14 +454,10 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
     the resumed run's end of the paused call. Runs inside the ingestion transaction, after its run
     locks; takes the sessions' lock (`_lock_sessions`) before it touches an ask."""
     reported: list[tuple[str, dict[str, Any], Event, str]] = []  # (type, decision or pauseData, event, run)
-    ends: list[Event] = []
     for event in events:
         short = event.type.removeprefix("agentfootprint.")
         if short in ("checkin.decision", "middleware.decision"):
             reported.append((short, event.payload if isinstance(event.payload, dict) else {}, event, event.run_id))
-            continue
-        if short == "stream.tool_end":
-            ends.append(event)
             continue
         pause_data = _pause_data_of(event)
         if pause_data is None:
@@ -476,10 +472,7 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
                 pk__in=list(traced.select_for_update(skip_locked=True).values_list("pk", flat=True))
             ).update(status=Run.Status.PAUSED, status_seq=F("max_seq"))
         reported.append((short, pause_data, event, run_id))
-    # Ends close only takeovers and consents, which are rare: one query says whether any of this
-    # batch's ends can be one's, before the sessions' lock is taken for them.
-    ends = _ends_of_waiting_calls(project, ends)
-    if not reported and not ends:
+    if not reported:
         return
     _lock_sessions(project.pk)
     # A resumed run's report is an agent's: a key that may not handle asks (an exporter's, a log
@@ -495,9 +488,30 @@ def asks_from_events(*, project: Project, events: list[Event], key: AgentKey | N
                 _close_reported_middleware_ask(project, data, _reporter_of(project, event, key_id))
         else:
             _open_reported(project, key, short, data, event.meta, run_id)
-    if may_report:
-        for event in ends:
-            _close_by_resumed_end(project, event.payload["toolCallId"], _reporter_of(project, event, key_id))
+
+
+# The partial index `ask_handoff_waiting` answers it without touching a row when none waits.
+_HANDOFF_WAITING = "SELECT 1 FROM ledger_ask WHERE project_id = %s AND kind = ANY(%s) AND status = ANY(%s) LIMIT 1"
+
+
+def asks_close_handed_back(*, project: Project, ends: list[Event], key: AgentKey | None) -> None:
+    """Close the person takeovers and authorization consents whose paused call a resumed run now
+    reports ended (`stream.tool_end`), as `asks_from_events` closes the other kinds. Ingestion calls
+    it for every batch with a call's end, inside its transaction: one indexed question first says
+    whether any such ask waits in the project at all, which it almost never does."""
+    if key is not None and AgentKey.Scope.ASKS not in key.scopes:
+        return  # a key that may not handle asks stores its report as evidence and closes nothing
+    with connection.cursor() as cursor:
+        cursor.execute(_HANDOFF_WAITING, [project.pk, list(CLOSED_BY_RESUMED_END), list(UNDECIDED)])
+        if cursor.fetchone() is None:
+            return
+    ends = _ends_of_waiting_calls(project, ends)
+    if not ends:
+        return
+    _lock_sessions(project.pk)
+    key_id = None if key is None else key.pk
+    for event in ends:
+        _close_by_resumed_end(project, event.payload["toolCallId"], _reporter_of(project, event, key_id))
 
 
 def _open_reported(

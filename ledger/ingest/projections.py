@@ -137,10 +137,11 @@ class Projection:
     verdicts: list[tuple[Any, ...]] = field(default_factory=list)
     effects: list[tuple[Any, ...]] = field(default_factory=list)
     refusals: list[tuple[Any, ...]] = field(default_factory=list)
-    # What opens or closes asks (handled by ledger.asks.services): pauses, check-in outcomes, the
-    # verdict rows a resumed middleware ask files (spec §1.7), and calls' ends (a takeover's or a
-    # consent's resumed run reports it carried on; one query a batch sees whether any waits).
+    # What opens or closes asks (rare: handled by ledger.asks.services): pauses, check-in
+    # outcomes, and the verdict rows a resumed middleware ask files (spec §1.7).
     ask_events: list[Event] = field(default_factory=list)
+    # Calls' ends: a resumed run reporting one closes a takeover or a consent waiting on its call.
+    call_ends: list[Event] = field(default_factory=list)
 
     def refusal(
         self,
@@ -195,7 +196,7 @@ def _tool_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:
         duration_ms=_int(payload, "durationMs", SAFE_INTEGER_LIMIT),
         end_seq=e.seq,
     )
-    p.ask_events.append(e)  # a resumed run's end of a call a takeover or a consent waits on closes it
+    p.call_ends.append(e)
 
 
 def _llm_end(p: Projection, e: Event, payload: dict[str, Any]) -> None:

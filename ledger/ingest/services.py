@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from footprint_site.lib.chain import link_hash
 from footprint_site.lib.db import server_binding_cursor
-from ledger.asks.services import asks_from_events, runs_traced_from_consumer_scope
+from ledger.asks.services import asks_close_handed_back, asks_from_events, runs_traced_from_consumer_scope
 from ledger.exceptions import SeqConflict
 from ledger.ingest.decision_values import recording_values_attach
 from ledger.ingest.envelopes import Event, replace_nul
@@ -425,6 +425,8 @@ def events_ingest(
         # After the runs' own status: a pause reported under another run's id pauses the run it names.
         if projection.ask_events:
             asks_from_events(project=project, events=projection.ask_events, key=key)
+        if projection.call_ends:
+            asks_close_handed_back(project=project, ends=projection.call_ends, key=key)
         recorded = sorted({states[row[0]].pk for row in projection.decisions if states[row[0]].has_recording})
         if recorded:
             recording_values_attach(run_pks=recorded)
