@@ -20,7 +20,6 @@ from footprint_site.schemas import ERRORS, StrictIn, body_fields, json_body
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.asks import waits
-from ledger.asks.waits import WaitsFull
 from ledger.exceptions import AskInvalid, AskSuperseded
 from ledger.models import Ask
 from ledger.schemas import (
@@ -176,7 +175,7 @@ def wait_for_decision(request: HttpRequest, response: HttpResponse, ask_id: int,
     ask = ask_selectors.ask_get(project=project_of(request), ask_id=ask_id)
     try:
         ask = waits.ask_wait_for_decision(ask=ask, wait_seconds=max(0.0, min(wait, waits.ASK_WAIT_MAX_SECONDS)))
-    except WaitsFull:  # every thread this process may hold waits: ask again shortly
+    except waits.WaitsFull:  # every thread this process may hold waits: ask again shortly
         response["Retry-After"] = str(WAITS_FULL_RETRY_MS // 1000)
         return {"status": "open", "retryAfterMs": WAITS_FULL_RETRY_MS}
     if ask.status == Ask.Status.SUPERSEDED:  # no run waits on it: waiting on would wait for nothing

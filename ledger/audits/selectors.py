@@ -12,8 +12,7 @@ from django.db.models import Case, When
 from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json_keeping_lone_surrogates, text_copy
 from footprint_site.pagination import Page, keyset_page
-from ledger.audits import verify
-from ledger.audits.verify import ZERO_HASH, verify_bundles, whole_number
+from ledger.audits.verify import LIBRARY, ZERO_HASH, build_bundle, verify_bundles, whole_number
 from ledger.exceptions import AuditBundleInvalid
 from ledger.models import AuditBundle, Run, RunEvent
 from tenancy.models import Project
@@ -177,7 +176,7 @@ def run_audit_bundle(*, run: Run) -> dict[str, Any]:
     genesis = {
         "timestamp": records[0]["timestamp"] if records else int(time.time() * 1000),
         "eventType": "audit.genesis",
-        "payload": {"runId": run.run_id, "library": verify.LIBRARY, "payloadMode": "verbatim"},
+        "payload": {"runId": run.run_id, "library": LIBRARY, "payloadMode": "verbatim"},
         "meta": {"runId": run.run_id},
     }
-    return verify.build_bundle([genesis, *records], exported_at=int(time.time() * 1000))
+    return build_bundle([genesis, *records], exported_at=int(time.time() * 1000))

@@ -14,7 +14,6 @@ from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partia
 from ledger.exceptions import RefusalNotFound
 from ledger.models import Refusal
 from ledger.refusals import selectors
-from ledger.refusals.selectors import RefusalFilter
 
 REFUSALS_PER_PAGE = 50
 FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
@@ -31,10 +30,10 @@ class RefusalFilterForm(forms.Form):
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
 
-    def filters(self) -> RefusalFilter:
+    def filters(self) -> selectors.RefusalFilter:
         self.is_valid()
         data = getattr(self, "cleaned_data", {})
-        return RefusalFilter(
+        return selectors.RefusalFilter(
             category=data.get("category") or None,
             rule=data.get("rule") or None,
             tool=data.get("tool") or None,
@@ -70,7 +69,7 @@ def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "refusals/refusal_list.html", context)
 
 
-def _summary_context(request: HtmxHttpRequest, filters: RefusalFilter) -> dict[str, object]:
+def _summary_context(request: HtmxHttpRequest, filters: selectors.RefusalFilter) -> dict[str, object]:
     return {
         "groups": selectors.refusal_groups(user=request.user, filters=filters),
         "repeats": selectors.refusal_repeat_offences(user=request.user, filters=filters),
