@@ -7,7 +7,8 @@ from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
-from ledger.models import Run
+from ledger.models import Refusal, Run
+from ledger.refusals import selectors as refusal_selectors
 from tenancy.models import Project
 
 
@@ -103,3 +104,27 @@ class AuditBundleUploadForm(forms.Form):
         if upload.size > self.max_bytes:
             raise forms.ValidationError(f"The bundle is {upload.size} bytes; the limit is {self.max_bytes} bytes.")
         return bytes(upload.read())
+
+
+class RefusalFilterForm(forms.Form):
+    """Query-string filters. A value that does not parse is dropped (and reported), never a 400."""
+
+    category = forms.ChoiceField(choices=[("", "any"), *Refusal.Category.choices], required=False)
+    # Rules, tools and agents are stored whole, however long: a filter by one is never dropped for its length.
+    rule = forms.CharField(required=False)
+    tool = forms.CharField(required=False)
+    agent = forms.CharField(required=False)
+    since = forms.DateTimeField(required=False)
+    until = forms.DateTimeField(required=False)
+
+    def filters(self) -> refusal_selectors.RefusalFilter:
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        return refusal_selectors.RefusalFilter(
+            category=data.get("category") or None,
+            rule=data.get("rule") or None,
+            tool=data.get("tool") or None,
+            agent=data.get("agent") or None,
+            since=data.get("since"),
+            until=data.get("until"),
+        )

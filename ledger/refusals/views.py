@@ -4,7 +4,6 @@ GET-only. Any member of a project (auditors included) may read its refusals; ano
 refusal is a 404.
 """
 
-from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
@@ -12,35 +11,12 @@ from django.views.decorators.http import require_GET
 
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
 from ledger.exceptions import RefusalNotFound
+from ledger.forms import RefusalFilterForm
 from ledger.models import Refusal
 from ledger.refusals import selectors
 
 REFUSALS_PER_PAGE = 50
 FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
-
-
-class RefusalFilterForm(forms.Form):
-    """Query-string filters. A value that does not parse is dropped (and reported), never a 400."""
-
-    category = forms.ChoiceField(choices=[("", "any"), *Refusal.Category.choices], required=False)
-    # Rules, tools and agents are stored whole, however long: a filter by one is never dropped for its length.
-    rule = forms.CharField(required=False)
-    tool = forms.CharField(required=False)
-    agent = forms.CharField(required=False)
-    since = forms.DateTimeField(required=False)
-    until = forms.DateTimeField(required=False)
-
-    def filters(self) -> selectors.RefusalFilter:
-        self.is_valid()
-        data = getattr(self, "cleaned_data", {})
-        return selectors.RefusalFilter(
-            category=data.get("category") or None,
-            rule=data.get("rule") or None,
-            tool=data.get("tool") or None,
-            agent=data.get("agent") or None,
-            since=data.get("since"),
-            until=data.get("until"),
-        )
 
 
 @require_GET
