@@ -102,6 +102,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "ledger.context_processors.inbox",
+                "footprint_site.replicas.read_from",
             ],
             "builtins": ["template_partials.templatetags.partials"],
         },
@@ -117,6 +118,11 @@ def _database_from_environment() -> dict[str, object]:
         from footprint_site.embedded_postgres import embedded_database_settings
 
         config = embedded_database_settings(DATA_DIR / "postgres")
+    config.setdefault("TEST", {"NAME": f"test_{config['NAME']}"})
+    return _with_connection_options(config)
+
+
+def _with_connection_options(config: dict[str, object]) -> dict[str, object]:
     config["ENGINE"] = "footprint_site.postgresql"  # Django's, with a health check without a round trip
     config["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     config["CONN_HEALTH_CHECKS"] = True
@@ -136,11 +142,20 @@ def _database_from_environment() -> dict[str, object]:
     # No JIT: every query here is short, and a cost estimate the planner cannot make well (runs
     # whose chain_length passes search_indexed) made it spend 420 ms compiling a 4 ms search.
     options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-    config.setdefault("TEST", {"NAME": f"test_{config['NAME']}"})
     return config
 
 
 DATABASES = {"default": _database_from_environment()}
+# A streaming replica of the primary for the pages' reads that may lag (footprint_site/replicas.py):
+# used while it is less than DATABASE_REPLICA_MAX_LAG seconds behind, else the primary serves.
+if env.str("DATABASE_REPLICA_URL", default=""):
+    DATABASES["replica"] = _with_connection_options({**env.db("DATABASE_REPLICA_URL"), "TEST": {"MIRROR": "default"}})
+    DATABASE_ROUTERS = ["footprint_site.replicas.ReplicaRouter"]
+DATABASE_REPLICA_MAX_LAG = env.float("DATABASE_REPLICA_MAX_LAG", default=30.0)
+if DATABASE_REPLICA_MAX_LAG <= 0:
+    raise ImproperlyConfigured(
+        f"DATABASE_REPLICA_MAX_LAG={DATABASE_REPLICA_MAX_LAG}: give the seconds a replica may be behind (above 0)."
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

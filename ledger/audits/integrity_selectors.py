@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from django.db import connection
+from django.db import connections
 
 from footprint_site.lib.chain import GENESIS, link_hash
 from footprint_site.lib.js import js_equal
 from footprint_site.lib.jsonbody import json_holds_nul
+from footprint_site.replicas import lagging_reads_alias
 from ledger.audits import anchors
 from ledger.ingest.envelopes import canonical_bytes, replace_nul, wall_clock_ms_of
 from ledger.ingest.projections import call_id_of
@@ -95,7 +96,7 @@ def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None)
     anchored_hash: bytes | None = None
     running = GENESIS
     checked = 0
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         while checked < total:
             cur.execute(
                 "SELECT position, prev_hash, hash, body, doc, seq, type, tool_call_id, wall_clock_ms"
@@ -156,7 +157,7 @@ def _record_past_head(run: Run) -> tuple[int, int] | None:
     """The first stored record at or past the run's head, with the head's length. One statement,
     so one snapshot: ingestion appends records and moves the head in one transaction, and a record
     appended since the walk began is behind the head this reads."""
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         cur.execute(
             "SELECT e.position, r.chain_length FROM ledger_runevent e JOIN ledger_run r ON r.id = e.run_id"
             " WHERE e.run_id = %s AND e.position >= r.chain_length ORDER BY e.position LIMIT 1",

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from footprint_site.exceptions import ApiError
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
+from footprint_site.replicas import reads_that_may_lag
 from ledger.audits import selectors
 from ledger.audits.services import audit_bundle_import
 from ledger.forms import AuditBundleUploadForm
@@ -26,6 +27,7 @@ BUNDLES_PER_PAGE = 100
 @require_http_methods(["GET", "POST"])
 @login_required
 @varies_with_htmx
+@reads_that_may_lag
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
     """The stored bundles of the user's projects, a page at a time, and the upload form; a POST
     shows its verdict. An htmx GET (the "Older bundles" link) gets only the next rows."""
@@ -68,6 +70,7 @@ def _verdict_of_upload(request: HtmxHttpRequest, project: Any, body: bytes) -> d
 
 @require_GET
 @login_required
+@reads_that_may_lag
 def bundle_detail(request: HtmxHttpRequest, bundle_id: int) -> HttpResponse:
     bundle = selectors.audit_bundle_get_for_user(user=request.user, bundle_id=bundle_id)
     if bundle is None:

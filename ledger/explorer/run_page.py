@@ -12,13 +12,14 @@ from typing import Any
 
 import orjson
 from django.core.cache import cache
-from django.db import connection
+from django.db import connections
 from django.db.models import F, Q, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from artifacts.kinds import default_result_tool
 from artifacts.models import Artifact
 from footprint_site.pagination import Page, keyset_page, keyset_pages, page_of
+from footprint_site.replicas import lagging_reads_alias
 from ledger.audits.integrity_selectors import integrity_check_latest
 from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
 from ledger.ingest.envelopes import OTLP_RUN_PREFIX
@@ -107,7 +108,7 @@ _EVENTS_OF_TYPES_SQL = """
 
 
 def _timeline_rows(sql: str, params: dict[str, Any]) -> list[TimelineRow]:
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         cur.execute(sql, {**params, "gist_keys": list(GIST_KEYS)})
         return [
             TimelineRow(seq, position, type_, call, wall, stage, _gist(gist))
@@ -243,7 +244,7 @@ def run_tree(*, run: Run) -> list[TreeNode]:
     cached = cache.get(key)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         cur.execute(
             _TREE_SQL, {"run": run.pk, "span_iterations": orjson.dumps(span_iterations).decode(), "by_span": by_span}
         )
@@ -388,7 +389,7 @@ def _dispatches(run: Run, calls: list[ToolCall]) -> list[Dispatch]:
         ]
     )
     owner_of = {position: call_id for call_id, found in named.items() for position in found}
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         # The run that began a call has the lower id, so its part of the dispatch comes first.
         cur.execute(
             """

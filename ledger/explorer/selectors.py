@@ -4,11 +4,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import connection
+from django.db import connections
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from footprint_site.pagination import Page, keyset_page
+from footprint_site.replicas import lagging_reads_alias
 from ledger.exceptions import RunNotFound
 from ledger.models import Ask, Run, RunEvent, RunSearchChunk, ToolCall
 from tenancy.models import Project
@@ -37,7 +38,7 @@ _PENDING_RUNS_MATCHING = """
 
 
 def _runs_matching_text(runs: QuerySet[Run], text: str, project_ids: list[int]) -> QuerySet[Run]:
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         cur.execute(_SEARCH_WORDS, [text])
         words = [word for (word,) in cur.fetchall()]
         if not words:
@@ -138,7 +139,7 @@ def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[
     counts. The page ends with an agent's event and the server's records that follow it."""
     fields = ("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")
     page = keyset_page(RunEvent.objects.filter(run=run).only(*fields), order="seq", after=after_seq, limit=limit)
-    with connection.cursor() as cursor:
+    with connections[lagging_reads_alias()].cursor() as cursor:
         cursor.execute(_SERVER_RECORDS_SQL, {"run": run.pk})
         follows = {
             position: prior

@@ -15,6 +15,7 @@ from footprint_site.pages import (
     varies_with_htmx,
     wants_partial,
 )
+from footprint_site.replicas import reads_that_may_lag
 from ledger.audits import integrity
 from ledger.audits.integrity_selectors import integrity_check_latest, project_anchors_audit
 from ledger.exceptions import RunNotFound
@@ -30,6 +31,7 @@ RUNS_PER_PAGE = 50
 @require_GET
 @login_required
 @varies_with_htmx
+@reads_that_may_lag
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     page = selectors.run_list(
@@ -110,6 +112,7 @@ def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, obj
 @require_GET
 @login_required
 @vary_on_headers(*HTMX_HEADERS, "HX-Target")
+@reads_that_may_lag
 def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: str = "timeline") -> HttpResponse:
     if tab not in TABS:
         raise Http404(f"The run page has no tab '{tab}'.")
@@ -119,6 +122,7 @@ def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: st
 @require_GET
 @login_required
 @varies_with_htmx
+@reads_that_may_lag
 def run_events(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """The next page of the timeline: rows for htmx (infinite scroll), the whole page otherwise."""
     run = _run_or_404(request, project_slug, run_id)
@@ -131,6 +135,7 @@ def run_events(request: HtmxHttpRequest, project_slug: str, run_id: str) -> Http
 @require_GET
 @login_required
 @varies_with_htmx
+@reads_that_may_lag
 def run_dispatches(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """The next tool calls of the tool-call tab (htmx), or the whole page."""
     run = _run_or_404(request, project_slug, run_id)
@@ -143,6 +148,7 @@ def run_dispatches(request: HtmxHttpRequest, project_slug: str, run_id: str) -> 
 @require_GET
 @login_required
 @varies_with_htmx
+@reads_that_may_lag
 def run_event(request: HtmxHttpRequest, project_slug: str, run_id: str, position: int) -> HttpResponse:
     """One record of the chain in the drawer: its payload and meta (escaped), and its hashes."""
     run = _run_or_404(request, project_slug, run_id)
@@ -156,6 +162,7 @@ def run_event(request: HtmxHttpRequest, project_slug: str, run_id: str, position
 @require_http_methods(["GET", "POST"])
 @varies_with_htmx
 @login_required
+@reads_that_may_lag
 def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
     """GET: the latest re-check of the run's chain. POST: start a new one (short chains are
     walked at once, long ones by a worker whose progress the panel polls)."""
@@ -174,6 +181,7 @@ def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> H
 
 @require_GET
 @login_required
+@reads_that_may_lag
 def project_anchors(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
     """The project's signed chain anchors checked as a whole, including runs deleted outright."""
     found = tenancy_selectors.project_get_for_user(user=request.user, slug=project_slug)

@@ -11,11 +11,12 @@ from typing import Any, TypedDict
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import connection
+from django.db import connections
 from django.db.models import BigIntegerField, Case, Count, Min, OuterRef, Q, QuerySet, Subquery, When
 from django_stubs_ext import WithAnnotations
 
 from footprint_site.pagination import Page, keyset_page
+from footprint_site.replicas import lagging_reads_alias
 from ledger.exceptions import RefusalNotFound
 from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
 from ledger.framework.canonical_notes import canonical_notes
@@ -397,7 +398,7 @@ def tool_named_steps(windows: list[CallWindow]) -> dict[str, list[int]]:
     start and its end."""
     if not windows:
         return {}
-    with connection.cursor() as cur:
+    with connections[lagging_reads_alias()].cursor() as cur:
         cur.execute(
             _TOOL_NAMED_STEPS_SQL,
             {

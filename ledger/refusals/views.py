@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
+from footprint_site.replicas import reads_that_may_lag
 from ledger.exceptions import RefusalNotFound
 from ledger.forms import RefusalFilterForm
 from ledger.models import Refusal
@@ -22,6 +23,7 @@ FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
 @require_GET
 @login_required
 @varies_with_htmx
+@reads_that_may_lag
 def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RefusalFilterForm(request.GET)
     filters = form.filters()
@@ -54,6 +56,7 @@ def _summary_context(request: HtmxHttpRequest, filters: selectors.RefusalFilter)
 
 @require_GET
 @login_required
+@reads_that_may_lag
 def refusal_detail(request: HtmxHttpRequest, refusal_id: int) -> HttpResponse:
     try:
         chain = selectors.refusal_chain(user=request.user, refusal_id=refusal_id)
