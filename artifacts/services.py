@@ -21,7 +21,7 @@ from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
 from artifacts.rows import RowShape
 from artifacts.scopes import Scope
-from footprint_site.lib.db import prepared_cursor
+from footprint_site.lib.db import prepared_cursor, session_connection
 from footprint_site.lib.ids import RUN_ID_RULE, is_run_id
 from footprint_site.lib.js import js_stringify, js_trim
 from footprint_site.lib.jsonbody import json_holds_nul
@@ -452,16 +452,17 @@ def artifacts_sweep(*, batch_size: int = 5000, time_budget_s: float = 50.0, grac
         for statement in partitions.ensure_partitions_sql(existing=existing):
             cursor.execute(statement)
         # One sweeper at a time drops partitions; a second one skips straight to the metadata.
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [PARTITION_LOCK])
-        if cursor.fetchone()[0]:
-            try:
-                for day in sorted(existing):
-                    if _day_end_ms(day) + grace_ms > real_now:
-                        continue
-                    payload_bytes += _drop_partition(cursor, partitions.partition_name(day))
-                    dropped += 1
-            finally:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [PARTITION_LOCK])
+        with session_connection().cursor() as lock:
+            lock.execute("SELECT pg_try_advisory_lock(%s)", [PARTITION_LOCK])
+            if lock.fetchone()[0]:
+                try:
+                    for day in sorted(existing):
+                        if _day_end_ms(day) + grace_ms > real_now:
+                            continue
+                        payload_bytes += _drop_partition(cursor, partitions.partition_name(day))
+                        dropped += 1
+                finally:
+                    lock.execute("SELECT pg_advisory_unlock(%s)", [PARTITION_LOCK])
         # Each claim must match a partial index, or every batch would scan the whole table.
         horizon = real_now + (ArtifactStore.objects.aggregate(m=Max("clock_offset_ms"))["m"] or 0)
         claims = (

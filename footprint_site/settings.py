@@ -110,6 +110,11 @@ TEMPLATES = [
 ]
 
 
+# Set when DATABASE_URL is a transaction-pooling PgBouncer: PostgreSQL itself, for what must keep
+# one server session (LISTEN, session advisory locks: footprint_site/lib/db.session_connection).
+_BEHIND_A_POOLER = bool(env.str("DATABASE_DIRECT_URL", default=""))
+
+
 def _database_from_environment() -> dict[str, object]:
     """DATABASE_URL when set; otherwise the embedded PostgreSQL under DATA_DIR (started on demand)."""
     if env.str("DATABASE_URL", default=""):
@@ -119,19 +124,20 @@ def _database_from_environment() -> dict[str, object]:
 
         config = embedded_database_settings(DATA_DIR / "postgres")
     config.setdefault("TEST", {"NAME": f"test_{config['NAME']}"})
-    return _with_connection_options(config)
+    return _with_connection_options(config, pooled=True)
 
 
-def _with_connection_options(config: dict[str, object]) -> dict[str, object]:
+def _with_connection_options(config: dict[str, object], *, pooled: bool = False) -> dict[str, object]:
     config["ENGINE"] = "footprint_site.postgresql"  # Django's, with a health check without a round trip
     config["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     config["CONN_HEALTH_CHECKS"] = True
-    # Django turns psycopg's prepared statements off (for transaction-pooling PgBouncers before
-    # 1.21, which need "off" here); ingestion's and the artifact reads' server-side-binding
-    # statements run on every request, and parsing and planning them anew was a fifth of
-    # PostgreSQL's work outside ingestion's COPYs (and most of an artifact get's). Django's own
-    # client-side-binding cursors never prepare, whatever this says.
-    threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="5")
+    # Django turns psycopg's prepared statements off; ingestion's and the artifact reads'
+    # server-side-binding statements run on every request, and parsing and planning them anew was
+    # a fifth of PostgreSQL's work outside ingestion's COPYs (and most of an artifact get's).
+    # Django's own client-side-binding cursors never prepare, whatever this says. Prepared
+    # statements live in a server session, which a transaction-pooling PgBouncer before 1.21 does
+    # not keep for a client: off by default behind one.
+    threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="off" if _BEHIND_A_POOLER else "5")
     if threshold != "off" and not threshold.isdigit():
         raise ImproperlyConfigured(
             f"DATABASE_PREPARE_THRESHOLD={threshold!r}: give a number of runs (0 or more) after which a "
@@ -141,11 +147,17 @@ def _with_connection_options(config: dict[str, object]) -> dict[str, object]:
     options["prepare_threshold"] = None if threshold == "off" else int(threshold)
     # No JIT: every query here is short, and a cost estimate the planner cannot make well (runs
     # whose chain_length passes search_indexed) made it spend 420 ms compiling a 4 ms search.
-    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+    # PgBouncer passes no `options` on: behind one, `ALTER DATABASE … SET jit = off` does it.
+    if not (pooled and _BEHIND_A_POOLER):
+        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
     return config
 
 
 DATABASES = {"default": _database_from_environment()}
+if _BEHIND_A_POOLER:
+    # A named cursor lives across the transaction's statements only within one server session.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["direct"] = _with_connection_options({**env.db("DATABASE_DIRECT_URL"), "TEST": {"MIRROR": "default"}})
 # A streaming replica of the primary for the pages' reads that may lag (footprint_site/replicas.py):
 # used while it is less than DATABASE_REPLICA_MAX_LAG seconds behind, else the primary serves.
 if env.str("DATABASE_REPLICA_URL", default=""):

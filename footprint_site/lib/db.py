@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from psycopg import Cursor
 
@@ -37,3 +38,15 @@ def prepared_cursor() -> CursorWrapper:
     # Never Django's debug wrapper: psycopg keeps no query text for a prepared statement, so DEBUG
     # logs and CaptureQueriesContext would record None. Execute wrappers see every statement.
     return CursorWrapper(Cursor(connection.connection), connection)
+
+
+# The alias of DATABASE_DIRECT_URL (settings): PostgreSQL itself, past a transaction-pooling PgBouncer.
+DIRECT = "direct"
+
+
+def session_connection() -> BaseDatabaseWrapper:
+    """The connection for what lives as long as a PostgreSQL session, not a transaction: LISTEN
+    and session advisory locks. Behind a transaction-pooling PgBouncer each statement may reach a
+    different server session, so a lock taken on one would never be released by an unlock sent on
+    another; these go to DATABASE_DIRECT_URL instead, and the work they guard stays pooled."""
+    return connections[DIRECT] if DIRECT in connections.settings else connections[DEFAULT_DB_ALIAS]

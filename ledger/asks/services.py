@@ -17,6 +17,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from footprint_site.celery import task_send_on_commit
+from footprint_site.lib.db import session_connection
 from footprint_site.lib.ids import MAX_ID_LENGTH, RUN_ID_RULE, is_plain_id, is_run_id
 from footprint_site.lib.jsonbody import MAX_DEPTH, json_holds_nul
 from ledger.asks.waits import ask_waiters_wake
@@ -923,7 +924,7 @@ def asks_apply_deadlines(*, now: datetime | None = None, limit: int = 500) -> in
     wait on each other's row locks. A pass that finds the lock taken does nothing.
     """
     applied = 0
-    with connection.cursor() as cur:
+    with session_connection().cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(hashtext('footprint.ask-deadlines'))")
         (locked,) = cur.fetchone()  # type: ignore[misc]
     if not locked:
@@ -939,6 +940,6 @@ def asks_apply_deadlines(*, now: datetime | None = None, limit: int = 500) -> in
             except AskNotFound:
                 continue  # deleted (with its project) while this pass ran
     finally:
-        with connection.cursor() as cur:
+        with session_connection().cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.ask-deadlines'))")
     return applied

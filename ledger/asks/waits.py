@@ -19,6 +19,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
+from footprint_site.lib.db import session_connection
 from ledger.models import Ask
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Listener:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._params = connection.get_connection_params()
+            self._params = session_connection().get_connection_params()
             self._thread = threading.Thread(target=self._run, name=f"listen-{self.channel}", daemon=True)
             self._thread.start()
 

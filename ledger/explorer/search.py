@@ -10,6 +10,7 @@ import time
 
 from django.db import connection, transaction
 
+from footprint_site.lib.db import session_connection
 from ledger.models import RunSearchChunk
 
 CHUNK_RECORDS = 50  # records per indexed row, at most
@@ -47,7 +48,7 @@ def search_index_pending(*, budget_seconds: float = 20.0) -> int:
     One pass at a time (a session advisory lock): a pass finding it taken does nothing, so passes
     queued behind a slow one never index the same records twice.
     """
-    with connection.cursor() as cur:
+    with session_connection().cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(hashtext('footprint.search-index'))")
         (locked,) = cur.fetchone()
     if not locked:
@@ -55,7 +56,7 @@ def search_index_pending(*, budget_seconds: float = 20.0) -> int:
     try:
         return _index_until(time.monotonic() + budget_seconds)
     finally:
-        with connection.cursor() as cur:
+        with session_connection().cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.search-index'))")
 
 
