@@ -256,10 +256,16 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "chain-anchors": _every(
         env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0), "ledger.tasks.chain_anchors_write"
     ),
+    "runs-retention": _every(
+        env.float("FOOTPRINT_RETENTION_EVERY_SECONDS", default=3600.0), "ledger.tasks.runs_retention_pass"
+    ),
     "artifacts-sweep": _every(
         env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0), "artifacts.tasks.artifacts_sweep"
     ),
 }
+
+# Where retention writes the archives of the runs it removes (ledger/retention/archive.py).
+ARCHIVE_URL = env.str("ARCHIVE_URL", default=(DATA_DIR / "archive").resolve().as_uri())
 
 # Chain anchors: every period each project's changed chain heads are signed with this key, kept
 # out of the database (defaults to SECRET_KEY; set its own to rotate them apart).

@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("ledger.asks.urls")),
     path("", include("ledger.refusals.urls")),
     path("", include("ledger.audits.urls")),
+    path("", include("ledger.retention.urls")),
     path("", include("tenancy.urls")),
 ]
 

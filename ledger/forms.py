@@ -7,7 +7,7 @@ from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
-from ledger.models import Refusal, Run
+from ledger.models import LedgerRetention, Refusal, Run
 from ledger.refusals import selectors as refusal_selectors
 from tenancy.models import Project
 
@@ -128,3 +128,31 @@ class RefusalFilterForm(forms.Form):
             since=data.get("since"),
             until=data.get("until"),
         )
+
+
+class RunRetentionForm(forms.Form):
+    keep_days = forms.IntegerField(
+        required=False,
+        min_value=LedgerRetention.MIN_DAYS,
+        max_value=LedgerRetention.MAX_DAYS,
+        label="Keep runs for (days after their last event)",
+        help_text="Empty: runs are kept forever.",
+    )
+
+
+class RunHoldForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"placeholder": "why this run is evidence"}))
+
+
+class ArchiveUploadForm(forms.Form):
+    archive = forms.FileField(label="Archive (the run's audit bundle, as retention wrote it)")
+
+    def __init__(self, *args: Any, max_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_bytes = max_bytes
+
+    def clean_archive(self) -> bytes:
+        upload = self.cleaned_data["archive"]
+        if upload.size > self.max_bytes:
+            raise forms.ValidationError(f"The archive is {upload.size} bytes; the limit is {self.max_bytes} bytes.")
+        return bytes(upload.read())

@@ -688,3 +688,61 @@ class AnchoredHead(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}@{self.chain_length}"
+
+
+class LedgerRetention(models.Model):
+    """How long a project keeps its runs: past `keep_days` since its last event, a run is archived
+    as its audit bundle and removed, leaving a RunTombstone. No row: runs are kept forever."""
+
+    MIN_DAYS = 1
+    MAX_DAYS = 36_500
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="ledger_retention")
+    keep_days = models.IntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"runs of {self.project_id} kept {self.keep_days} days"
+
+
+class RunHold(models.Model):
+    """A legal hold: while any hold on a run is in force (not released), retention never removes
+    it. Several cases may hold one run; each is released on its own."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="run_holds", db_index=False)
+    run_id = models.CharField(max_length=200)
+    reason = models.CharField(max_length=500)
+    placed_by = models.CharField(max_length=200)
+    placed_at = models.DateTimeField(db_default=Now())
+    released_by = models.CharField(max_length=200, blank=True, default="")
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "run_id"], name="run_hold_by_run")]
+
+    def __str__(self) -> str:
+        return f"hold on {self.run_id}"
+
+
+class RunTombstone(models.Model):
+    """What retention removed: the run's id, its chain head and record count as they were, where
+    its archive went and the archive's SHA-256, so the archive can be checked against it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="run_tombstones", db_index=False)
+    run_id = models.CharField(max_length=200)
+    chain_length = models.IntegerField()
+    head_hash = models.BinaryField(max_length=32)
+    first_event_at = models.DateTimeField(null=True)
+    last_event_at = models.DateTimeField(null=True)
+    keep_days = models.IntegerField()
+    archive_location = models.TextField()
+    archive_sha256 = models.CharField(max_length=64)
+    archive_bytes = models.BigIntegerField()
+    removed_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        # A run id may be used again after its run was removed: each removal keeps its own stone.
+        indexes = [models.Index(fields=["project", "run_id", "-removed_at"], name="run_tombstone_latest")]
+
+    def __str__(self) -> str:
+        return f"tombstone of {self.run_id}"

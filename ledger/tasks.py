@@ -9,6 +9,7 @@ from ledger.asks import services as asks
 from ledger.asks import webhooks
 from ledger.audits import integrity
 from ledger.explorer import search
+from ledger.retention import services as retention
 
 
 @shared_task
@@ -52,3 +53,8 @@ def chain_anchors_write() -> int:
 @shared_task(acks_late=True)
 def search_index_pending() -> int:
     return search.search_index_pending()
+
+
+@shared_task(acks_late=True)
+def runs_retention_pass() -> int:
+    return retention.runs_retention_pass().removed

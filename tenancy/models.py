@@ -83,7 +83,7 @@ class AdminChangeQuerySet(models.QuerySet["AdminChange"]):
 
 
 class AdminChange(models.Model):
-    """One change an admin made to a project's keys, roles, artifact retention or holds.
+    """One change an admin made to a project's keys, roles, retention (of artifacts or runs) or holds.
 
     Written by the service that makes the change, in its transaction: the change and its record
     commit together or not at all. `before` and `after` hold only what changed (None when the
@@ -99,6 +99,9 @@ class AdminChange(models.Model):
         RETENTION_CHANGED = "retention_changed", "Artifact retention changed"
         HOLD_PLACED = "hold_placed", "Artifact hold placed"
         HOLD_RELEASED = "hold_released", "Artifact hold released"
+        RUN_RETENTION_CHANGED = "run_retention_changed", "Run retention changed"
+        RUN_HOLD_PLACED = "run_hold_placed", "Run hold placed"
+        RUN_HOLD_RELEASED = "run_hold_released", "Run hold released"
 
     # No index of its own: the (project, -id) index below serves lookups by project too.
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="admin_changes", db_index=False)

@@ -30,7 +30,7 @@ from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 
 from artifacts.models import ArtifactHold, ArtifactStore
 from artifacts.scopes import scope_header
-from ledger.models import Ask, AuditBundle, Refusal
+from ledger.models import Ask, AuditBundle, Refusal, RunHold, RunTombstone
 from tenancy.models import AgentKey, Membership, Project
 from tenancy.services import agent_key_create
 from tests.conftest import load_fixture, numbered_per_run, person
@@ -63,6 +63,7 @@ class Target:
     ask_id: int
     ref: str
     hold_id: int
+    run_hold_id: int
     refusal_id: int
     bundle_id: int
     project_pk: int
@@ -74,6 +75,7 @@ class Target:
             "ref": self.ref,
             "ask_id": str(self.ask_id),
             "hold_id": str(self.hold_id),
+            "run_hold_id": str(self.run_hold_id),
             "refusal_id": str(self.refusal_id),
             "bundle_id": str(self.bundle_id),
             "project_pk": str(self.project_pk),
@@ -328,6 +330,7 @@ def _target(project: Project, run_id: str, ask_id: int, ref: str) -> Target:
         ask_id=ask_id,
         ref=ref,
         hold_id=holds[0] if holds else 0,
+        run_hold_id=RunHold.objects.filter(project=project).values_list("pk", flat=True).first() or 0,
         refusal_id=Refusal.objects.filter(run__project=project).order_by("pk").values_list("pk", flat=True)[0],
         bundle_id=AuditBundle.objects.filter(project=project).values_list("pk", flat=True).get(),
         project_pk=project.pk,
@@ -389,6 +392,23 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
     ArtifactStore.objects.filter(project=globex).update(max_count_per_scope=GLOBEX_COUNT_BUDGET)
     hold = form_call("POST", f"/projects/{globex.slug}/artifacts/{globex_ref}/hold/", {"reason": f"{MARK}hold"})
     _ok(send(callers["auditor"], hold), 302)
+    for project, run_id, holder, reason in (
+        (acme, B_RUN, "outsider", "acme run hold"),
+        (globex, GLOBEX_RUN, "auditor", f"{MARK}run hold"),
+    ):
+        run_hold = form_call("POST", f"/projects/{project.slug}/runs/{run_id}/holds/", {"reason": reason})
+        _ok(send(callers[holder], run_hold), 302)
+        # As retention leaves it when it removes a run (the run itself stays: the pages address both).
+        RunTombstone.objects.create(
+            project=project,
+            run_id=run_id,
+            chain_length=1,
+            head_hash=bytes(32),
+            keep_days=30,
+            archive_location=f"file:///nowhere/{project.slug}.audit.json",
+            archive_sha256="0" * 64,
+            archive_bytes=1,
+        )
 
     far = 1_000_000_000
     return World(
@@ -396,7 +416,7 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
         globex=globex,
         acme_target=_target(acme, B_RUN, acme_ask, acme_ref),
         globex_target=_target(globex, GLOBEX_RUN, globex_ask, globex_ref),
-        unknown=Target("no-such-project", "run-no-such-run", far + 1, "art_" + "Z" * 22, *range(far + 2, far + 6)),
+        unknown=Target("no-such-project", "run-no-such-run", far + 1, "art_" + "Z" * 22, *range(far + 2, far + 7)),
         callers=callers,
         acme_run_ids=set(acme.runs.values_list("run_id", flat=True)),
         acme_open_asks=Ask.objects.filter(project=acme, status=Ask.Status.OPEN).count(),

@@ -447,6 +447,10 @@ def _hold(t: Target) -> dict[str, Any]:
     return {"project_slug": t.project, "ref": t.ref, "hold_id": t.hold_id}
 
 
+def _run_hold(t: Target) -> dict[str, Any]:
+    return {**_run(t), "hold_id": t.run_hold_id}
+
+
 def _ask(t: Target) -> dict[str, Any]:
     return {"ask_id": t.ask_id}
 
@@ -465,6 +469,7 @@ def _upload(t: Target) -> dict[str, Any]:
 
 AUDITOR, APPROVER, ADMIN = Membership.Role.AUDITOR, Membership.Role.APPROVER, Membership.Role.ADMIN
 DECLINE = {"decision": "decline"}
+KEEP_90_DAYS = {"keep_days": "90"}
 RETENTION = {"ttl_ms": "", "max_ttl_ms": "60000", "max_bytes_per_scope": "", "max_count_per_scope": "3"}
 EVERY_ROLE = tuple(Membership.Role.values)  # every member of the project may
 LIST = 200  # a list of the caller's own projects: answered, without another project's rows
@@ -511,6 +516,37 @@ PAGES: dict[str, PageCase] = {
             (AUDITOR, ADMIN),
             (AUDITOR, 302),
             returns_to=("artifacts:artifact-detail", _artifact),
+        ),
+        P("retention:removed-run", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), "archived and removed"),
+        P("retention:removed-run", "POST", _run, GONE, EVERY_ROLE, (AUDITOR, 200), "is not in the configured store"),
+        P(
+            "retention:run-hold",
+            "POST",
+            _run,
+            GONE,
+            (AUDITOR, ADMIN),
+            (AUDITOR, 302),
+            data=lambda t: {"reason": "case"},
+            returns_to=("ledger:run-detail", _run),
+        ),
+        P(
+            "retention:run-hold-release",
+            "POST",
+            _run_hold,
+            GONE,
+            (AUDITOR, ADMIN),
+            (AUDITOR, 302),
+            returns_to=("ledger:run-detail", _run),
+        ),
+        P("retention:run-retention", "GET", _project, GONE, (ADMIN,), (ADMIN, 200), "How long"),
+        P(
+            "retention:run-retention",
+            "POST",
+            _project,
+            GONE,
+            (ADMIN,),
+            (ADMIN, 302),
+            data=lambda t: {"keep_days": "90"},
         ),
         P("asks:inbox", "GET", _no_kwargs, LIST, EVERY_ROLE, (APPROVER, 200), MARK),
         P("asks:ask-detail", "GET", _ask, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
@@ -669,7 +705,7 @@ def test_every_page_is_in_the_matrix() -> None:
     assert set(AGENT_ROUTES) <= served, f"AGENT_ROUTES names routes no longer served: {set(AGENT_ROUTES) - served}"
 
     # Every method a page takes is in the table (the views are guarded by @require_GET & co).
-    target = Target("acme", "run-x", 1, "art_" + "x" * 22, 1, 1, 1, 1)
+    target = Target("acme", "run-x", 1, "art_" + "x" * 22, 1, 1, 1, 1, 1)
     for name in pages:
         methods = {case.method for case in PAGES.values() if case.name == name}
         path = next(case for case in PAGES.values() if case.name == name).call(target).path

@@ -19,7 +19,7 @@ from footprint_site.replicas import lagging_reads_alias
 from ledger.audits import anchors
 from ledger.ingest.envelopes import canonical_bytes, replace_nul, wall_clock_ms_of
 from ledger.ingest.projections import call_id_of
-from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run
+from ledger.models import AnchoredHead, ChainAnchor, IntegrityCheck, Run, RunTombstone
 from tenancy.models import Project
 
 # Rows per query of the walk: each chunk is its own statement, so progress can be reported
@@ -268,11 +268,27 @@ def project_anchors_audit(*, project: Project, limit: int = 200) -> AnchorAudit:
         .values_list("run_id", "chain_length")
     )
     stored = dict(Run.objects.filter(project=project).values_list("run_id", "chain_length"))
+    # What retention removed, with the record count it removed: the run's latest stone.
+    removed = dict(
+        RunTombstone.objects.filter(project=project)
+        .order_by("run_id", "-removed_at", "-pk")
+        .distinct("run_id")
+        .values_list("run_id", "chain_length")
+    )
     vouched = 0
     for run_id, length in latest_heads.iterator():
         vouched += 1
         if run_id not in stored:
-            problems.append(f"run '{run_id}' was anchored with {length} records and no longer exists")
+            if run_id not in removed:
+                problems.append(
+                    f"run '{run_id}' was anchored with {length} records and no longer exists, and retention "
+                    "did not remove it: it was deleted behind the server's back"
+                )
+            elif removed[run_id] < length:
+                problems.append(
+                    f"run '{run_id}' was anchored with {length} records, but retention removed it with "
+                    f"{removed[run_id]}: records were deleted before it was archived"
+                )
         elif stored[run_id] < length:
             problems.append(f"run '{run_id}' was anchored with {length} records and now has {stored[run_id]}")
         if len(problems) >= limit:

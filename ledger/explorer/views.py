@@ -20,9 +20,10 @@ from ledger.audits import integrity
 from ledger.audits.integrity_selectors import integrity_check_latest, project_anchors_audit
 from ledger.exceptions import RunNotFound
 from ledger.explorer import run_page, selectors
-from ledger.forms import RunFilterForm
+from ledger.forms import RunFilterForm, RunHoldForm
 from ledger.framework.canonical_notes import canonical_notes
 from ledger.models import IntegrityCheck, Run
+from ledger.retention import selectors as retention_selectors
 from tenancy import selectors as tenancy_selectors
 
 RUNS_PER_PAGE = 50
@@ -106,6 +107,8 @@ def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, obj
         return render(request, "ledger/run_detail.html#tab-panel", context)
     context["header"] = header = run_page.run_header(run=run)
     context.setdefault("check", header.integrity)
+    context.update(retention_selectors.run_hold_panel(user=request.user, project=run.project, run_id=run.run_id))
+    context["hold_form"] = RunHoldForm()
     return render(request, "ledger/run_detail.html", context)
 
 
@@ -116,7 +119,13 @@ def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, obj
 def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: str = "timeline") -> HttpResponse:
     if tab not in TABS:
         raise Http404(f"The run page has no tab '{tab}'.")
-    return _run_page(request, _run_or_404(request, project_slug, run_id), tab)
+    try:
+        run = selectors.run_get_for_user(user=request.user, project_slug=project_slug, run_id=run_id)
+    except RunNotFound as exc:
+        if retention_selectors.tombstone_for_user(user=request.user, project_slug=project_slug, run_id=run_id):
+            return redirect("retention:removed-run", project_slug=project_slug, run_id=run_id)
+        raise Http404(exc.message) from None
+    return _run_page(request, run, tab)
 
 
 @require_GET

@@ -1,0 +1,1 @@
+"""Retention that stays verifiable: runs archived as audit bundles, removed, and tombstoned."""
