@@ -2,16 +2,20 @@
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import JSONObject
 
 from footprint_site.lib.ids import is_run_id
 from ledger.audits.verify import verify_bundles
 from ledger.models import LedgerRetention, Run, RunHold, RunTombstone
 from tenancy.models import Membership, Project
-from tenancy.selectors import projects_for_user, role_of
+from tenancy.selectors import projects_for_user
 
 
 def tombstone_latest(*, project: Project, run_id: str) -> RunTombstone | None:
@@ -84,9 +88,27 @@ def run_exists(*, project: Project, run_id: str) -> bool:
 
 
 def run_hold_panel(*, user: User | AnonymousUser, project: Project, run_id: str) -> dict[str, Any]:
-    """What the run page's hold line shows, and whether this person may hold or release."""
+    """What the run page's hold line shows, and whether this person may hold or release: one
+    question, since the run page counts its queries."""
+    holds = RunHold.objects.filter(project=OuterRef("pk"), run_id=run_id, released_at__isnull=True).order_by("pk")
+    row = (
+        Project.objects.filter(pk=project.pk)
+        .annotate(
+            member_role=Subquery(Membership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1]),
+            keep_days=Subquery(LedgerRetention.objects.filter(project=OuterRef("pk")).values("keep_days")[:1]),
+            holds=ArraySubquery(
+                holds.values(json=JSONObject(pk="pk", reason="reason", placed_by="placed_by", placed_at="placed_at"))
+            ),
+        )
+        .values("member_role", "keep_days", "holds")
+        .get()
+    )
+    role = Membership.Role.ADMIN if user.is_superuser else row["member_role"]
     return {
-        "holds": run_holds_in_force(project=project, run_id=run_id),
-        "may_hold": role_of(user=user, project=project) in (Membership.Role.AUDITOR, Membership.Role.ADMIN),
-        "retention_days": run_retention_days(project=project),
+        "holds": [
+            RunHold(project=project, run_id=run_id, **{**hold, "placed_at": datetime.fromisoformat(hold["placed_at"])})
+            for hold in row["holds"]
+        ],
+        "may_hold": role in (Membership.Role.AUDITOR, Membership.Role.ADMIN),
+        "retention_days": row["keep_days"],
     }
