@@ -90,11 +90,12 @@ def run_exists(*, project: Project, run_id: str) -> bool:
 def run_hold_panel(*, user: User | AnonymousUser, project: Project, run_id: str) -> dict[str, Any]:
     """What the run page's hold line shows, and whether this person may hold or release: one
     question, since the run page counts its queries."""
+    member = user.pk or 0  # an anonymous person (pk None) is nobody's member
     holds = RunHold.objects.filter(project=OuterRef("pk"), run_id=run_id, released_at__isnull=True).order_by("pk")
     row = (
         Project.objects.filter(pk=project.pk)
         .annotate(
-            member_role=Subquery(Membership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1]),
+            member_role=Subquery(Membership.objects.filter(project=OuterRef("pk"), user_id=member).values("role")[:1]),
             keep_days=Subquery(LedgerRetention.objects.filter(project=OuterRef("pk")).values("keep_days")[:1]),
             holds=ArraySubquery(
                 holds.values(json=JSONObject(pk="pk", reason="reason", placed_by="placed_by", placed_at="placed_at"))
