@@ -31,6 +31,13 @@ class RunNotFound(LedgerError):
     code = "ERR_RUN_NOT_FOUND"
 
 
+class ReceiptsInvalid(LedgerError):
+    """POST /receipts/verify with a body that is not {receipts: [...]}."""
+
+    status = 422
+    code = "ERR_INVALID_RECEIPTS"
+
+
 class AskInvalid(LedgerError):
     status = 422
     code = "ERR_INVALID_ASK"

@@ -152,6 +152,23 @@ class AuditBundleStoredOut(Schema):
     id: int
 
 
+class ReceiptsIn(StrictIn):
+    """POST /receipts/verify: receipts as the events endpoint gave them (runId, records, head, signature)."""
+
+    receipts: list[dict[str, Any]]
+
+
+class ReceiptVerdictOut(Schema):
+    runId: Any
+    records: Any
+    verdict: str
+    reason: str
+
+
+class ReceiptsOut(Schema):
+    receipts: list[ReceiptVerdictOut]
+
+
 class AuditBundleOut(Schema):
     """An agentfootprint.audit/1 bundle: header, chained records, final hash."""
 

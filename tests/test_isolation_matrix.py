@@ -47,6 +47,8 @@ from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from footprint_site.api import api
+from ledger.audits.receipts import receipt_signature
+from ledger.models import RunEvent
 from tenancy.models import AgentKey, Membership
 from tenancy.services import agent_key_create, project_get_or_create
 from tests.conftest import DATA, load_fixture
@@ -215,6 +217,19 @@ def _otlp_run_in_acme(world: World, body: Any) -> str | None:
     return None if world.acme.runs.filter(source="otlp").count() == 1 else "no otlp run stored in acme"
 
 
+def _signed_receipt(t: Target) -> Call:
+    """The receipt the events endpoint gave for the target run's first record."""
+    head = bytes(RunEvent.objects.get(run__project__slug=t.project, run__run_id=t.run_id, position=0).hash).hex()
+    signature = receipt_signature(project_slug=t.project, run_id=t.run_id, records=1, head_hex=head)
+    receipt = {"runId": t.run_id, "records": 1, "head": head, "signature": signature}
+    return json_call("POST", "/api/v1/receipts/verify", {"receipts": [receipt]})
+
+
+def _not_ours_in_acme(world: World, body: Any) -> str | None:
+    (verdict,) = body["receipts"]
+    return None if verdict["verdict"] == "not ours" else f"acme's key was told of globex's chain: {verdict}"
+
+
 MARKED_TRACES = OTLP_TRACES.replace(b"order-desk-svc", f"{MARK}svc".encode())
 
 API_OPERATIONS: dict[str, ApiCase] = {
@@ -265,6 +280,13 @@ API_OPERATIONS: dict[str, ApiCase] = {
         foreign=SameAsUnknown(404),
         control=200,
         shows=MARK,
+    ),
+    "POST /api/v1/receipts/verify": ApiCase(
+        scope="read",
+        call=_signed_receipt,
+        foreign=OwnProject(200, _not_ours_in_acme),
+        control=200,
+        shows='"verdict":"held"',
     ),
     "POST /api/v1/asks": ApiCase(
         scope="asks",

@@ -96,6 +96,9 @@ def answers(agent_client: ApiClient, integration_client: ApiClient) -> list[tupl
     broken = orjson.loads(bundle)
     broken["records"][3]["payload"] = "tampered"
     call("post", "/audit-bundles", body=broken, status=201)
+    receipt = {"runId": run_id, "records": 1, "head": "00" * 32, "signature": "not ours"}
+    call("post", "/receipts/verify", body={"receipts": [receipt]}, status=200)
+    call("post", "/receipts/verify", body={"receipts": [receipt] * 1001}, status=413)
 
     ask = call("post", "/asks", body=b_body(), status=201)["ask"]
     call("post", "/asks", body=b_body(), status=200)

@@ -8,15 +8,20 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from footprint_site.auth import AgentKeyAuth, project_of
+from footprint_site.exceptions import BodyTooLarge
 from footprint_site.http import body_within
-from footprint_site.schemas import ERRORS, json_body
+from footprint_site.lib.jsonbody import parse_json
+from footprint_site.schemas import ERRORS, body_fields, json_body
 from ledger.audits import integrity_selectors
 from ledger.audits import selectors as audit_selectors
 from ledger.audits.services import audit_bundle_import
+from ledger.exceptions import ReceiptsInvalid
 from ledger.explorer import selectors
 from ledger.schemas import (
     AuditBundleOut,
     AuditBundleStoredOut,
+    ReceiptsIn,
+    ReceiptsOut,
     VerifyOut,
 )
 
@@ -50,3 +55,36 @@ def export_audit_bundle(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """The run's ledger as an agentfootprint.audit/1 bundle that verifyAuditBundle accepts."""
     run = selectors.run_get(project=project_of(request), run_id=run_id)
     return audit_selectors.run_audit_bundle(run=run)
+
+
+RECEIPTS_SCHEMA = {
+    "type": "object",
+    "required": ["receipts"],
+    "properties": {
+        "receipts": {
+            "type": "array",
+            "items": {"type": "object", "description": "a receipt as POST /events answered it"},
+        }
+    },
+    "additionalProperties": False,
+}
+
+
+@router.post(
+    "/receipts/verify",
+    response={200: ReceiptsOut, **ERRORS},
+    auth=AgentKeyAuth("read"),
+    openapi_extra=json_body(RECEIPTS_SCHEMA),
+)
+def verify_receipts(request: HttpRequest) -> dict[str, Any]:
+    """Hold the receipts the events endpoint signed against the chain as it is now: a receipt whose
+    head the chain no longer reaches shows records removed after it, between anchors included."""
+    document = parse_json(body_within(request, settings.FOOTPRINT_MAX_REQUEST_BYTES))
+    if not isinstance(document, dict):
+        raise ReceiptsInvalid("The body is {receipts: [...]}, the receipts as POST /events answered them.")
+    receipts = body_fields(ReceiptsIn, document, code=ReceiptsInvalid.code).receipts
+    if len(receipts) > audit_selectors.RECEIPTS_PER_CHECK:
+        raise BodyTooLarge(
+            f"At most {audit_selectors.RECEIPTS_PER_CHECK} receipts per request; this one has {len(receipts)}."
+        )
+    return {"receipts": audit_selectors.receipts_check(project=project_of(request), receipts=receipts)}

@@ -12,9 +12,10 @@ from django.db.models import Case, When
 from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json_keeping_lone_surrogates, text_copy
 from footprint_site.pagination import Page, keyset_page
+from ledger.audits.receipts import receipt_signature_matches
 from ledger.audits.verify import LIBRARY, ZERO_HASH, build_bundle, verify_bundles, whole_number
 from ledger.exceptions import AuditBundleInvalid
-from ledger.models import AuditBundle, Run, RunEvent
+from ledger.models import AuditBundle, Run, RunEvent, RunTombstone
 from tenancy.models import Project
 from tenancy.selectors import projects_for_user
 
@@ -180,3 +181,68 @@ def run_audit_bundle(*, run: Run) -> dict[str, Any]:
         "meta": {"runId": run.run_id},
     }
     return build_bundle([genesis, *records], exported_at=int(time.time() * 1000))
+
+
+RECEIPTS_PER_CHECK = 1000
+
+
+def receipts_check(*, project: Project, receipts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each receipt held against the chain: `held` (the chain still reaches its head at its record
+    count), `tail removed`, `rewritten`, `removed by retention`, `run deleted` or `not ours` (the
+    signature is not this server's, so the receipt proves nothing)."""
+    runs = {
+        run.run_id: run
+        for run in Run.objects.filter(project=project, run_id__in={str(r.get("runId")) for r in receipts})
+    }
+    return [_receipt_verdict(project, receipt, runs.get(str(receipt.get("runId")))) for receipt in receipts]
+
+
+def _receipt_verdict(project: Project, receipt: dict[str, Any], run: Run | None) -> dict[str, Any]:
+    run_id, records, head, signature = (receipt.get(key) for key in ("runId", "records", "head", "signature"))
+    answer: dict[str, Any] = {"runId": run_id, "records": records}
+    if not (
+        isinstance(run_id, str)
+        and isinstance(records, int)
+        and isinstance(head, str)
+        and isinstance(signature, str)
+        and receipt_signature_matches(
+            project_slug=project.slug, run_id=run_id, records=records, head_hex=head, signature=signature
+        )
+    ):
+        return {
+            **answer,
+            "verdict": "not ours",
+            "reason": "This receipt's signature is not this server's for this project (or FOOTPRINT_ANCHOR_KEY "
+            "changed since): it proves nothing about the chain.",
+        }
+    if run is None:
+        stone = RunTombstone.objects.filter(project=project, run_id=run_id).order_by("-removed_at").first()
+        if stone is not None and stone.chain_length >= records:
+            return {
+                **answer,
+                "verdict": "removed by retention",
+                "reason": f"Retention removed the run with "
+                f"{stone.chain_length} records on {stone.removed_at:%Y-%m-%d}; its archive is checked on its page.",
+            }
+        return {
+            **answer,
+            "verdict": "run deleted",
+            "reason": f"The server signed {records} records of this run, "
+            "and the run is gone without retention having removed it: it was deleted behind the server's back.",
+        }
+    if run.chain_length < records:
+        return {
+            **answer,
+            "verdict": "tail removed",
+            "reason": f"The server signed {records} records of this run; its chain now has {run.chain_length}: "
+            f"the last {records - run.chain_length} were removed.",
+        }
+    stored = RunEvent.objects.filter(run=run, position=records - 1).values_list("hash", flat=True).first()
+    if stored is None or bytes(stored).hex() != head:
+        return {
+            **answer,
+            "verdict": "rewritten",
+            "reason": f"Record {records - 1} of the chain no longer has the head this receipt names: the chain "
+            "was rewritten up to it.",
+        }
+    return {**answer, "verdict": "held", "reason": f"The chain still reaches this head at record {records - 1}."}

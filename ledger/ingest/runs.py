@@ -24,6 +24,8 @@ class RunReceipt:
     duplicates: int
     last_seq: int | None
     head: str
+    records: int
+    signature: str  # ledger.audits.receipts: the agent's proof of what was stored
     gaps: list[list[int]]
     gaps_truncated: bool = False
 
@@ -34,6 +36,8 @@ class RunReceipt:
             "duplicates": self.duplicates,
             "lastSeq": self.last_seq,
             "head": self.head,
+            "records": self.records,
+            "signature": self.signature,
             "gaps": self.gaps,
         }
         if self.gaps_truncated:

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from footprint_site.lib.chain import link_hash
 from footprint_site.lib.db import server_binding_cursor
 from ledger.asks.services import asks_close_handed_back, asks_from_events, runs_traced_from_consumer_scope
+from ledger.audits.receipts import receipt_signature
 from ledger.exceptions import SeqConflict
 from ledger.ingest.decision_values import recording_values_attach
 from ledger.ingest.envelopes import Event, replace_nul
@@ -411,13 +412,18 @@ def events_ingest(
             )
             event_count, max_seq = cur.fetchone()  # type: ignore[misc]
             gaps, truncated = ([], False) if event_count == max_seq + 1 else _gaps(cur, state.pk)
+            head_hex = state.head.hex()
             receipts.append(
                 RunReceipt(
                     run_id=run_id,
                     accepted=accepted[run_id],
                     duplicates=duplicates[run_id],
                     last_seq=max_seq,
-                    head=state.head.hex(),
+                    head=head_hex,
+                    records=state.chain_length,
+                    signature=receipt_signature(
+                        project_slug=project.slug, run_id=run_id, records=state.chain_length, head_hex=head_hex
+                    ),
                     gaps=gaps,
                     gaps_truncated=truncated,
                 )
