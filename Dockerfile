@@ -18,7 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/app
 WORKDIR /app
 COPY requirements-runtime.lock ./
 RUN pip install --no-cache-dir -r requirements-runtime.lock
-RUN useradd --create-home footprint
+# /archive: retention's archive directory, a volume every node shares (docker-compose.yml).
+RUN useradd --create-home footprint && mkdir /archive && chown footprint /archive
 COPY --from=build --chown=footprint /app /app
 USER footprint
 # The container's loopback is its own: listen on every interface (compose sets the same).
