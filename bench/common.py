@@ -53,29 +53,30 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 def start_gunicorn(env: dict[str, str]) -> subprocess.Popen:
-    """gunicorn with gunicorn.conf.py, answering /healthz with all its workers forked; its output
-    goes to bench/results/gunicorn.log.
+    """gunicorn with gunicorn.conf.py on env's PORT, answering /healthz with all its workers forked;
+    its output goes to bench/results/gunicorn.log (gunicorn-<port>.log on another port).
 
     All of them: the master forks its workers one after another and the first answers /healthz
     alone, so a benchmark that warmed up "each worker" then warmed one or two (seen: 1 of 4) and
     its first measured requests opened database connections (the ingestion p99 was those)."""
-    workers = configured_workers(env)
+    workers, port = configured_workers(env), int(env["PORT"])
     with socket.socket() as probe:  # fail with a sentence, not a gunicorn traceback
-        if probe.connect_ex(("127.0.0.1", PORT)) == 0:
-            sys.exit(f"Port {PORT} is in use; set BENCH_PORT to a free port.")
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            sys.exit(f"Port {port} is in use; set BENCH_PORT to a free port.")
     # SIGTERM, like Ctrl-C, must unwind through the caller's finally: gunicorn runs in its own session.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cmd = [sys.executable, "-m", "gunicorn", "footprint_site.wsgi", "-c", "gunicorn.conf.py"]
     # Own session, so stopping it is one killpg that reaches the master and every worker.
-    with open(RESULTS / "gunicorn.log", "wb") as log:
+    log_path = RESULTS / ("gunicorn.log" if port == PORT else f"gunicorn-{port}.log")
+    with open(log_path, "wb") as log:
         server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if server.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {server.returncode}; see {RESULTS / 'gunicorn.log'}")
+                raise RuntimeError(f"gunicorn exited with {server.returncode}; see {log_path}")
             with contextlib.suppress(OSError):
-                conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 conn.request("GET", "/healthz")
                 if conn.getresponse().status == 200 and len(psutil.Process(server.pid).children()) >= workers:
                     return server

@@ -3,7 +3,11 @@
 Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production settings), posts
 RUNS x 500 events from 4 client threads, and COPYs the identical ledger_runevent rows into a bare
 copy of that table in one transaction (three times: once before the HTTP phase, twice after; the
-median is the baseline). Prints the figures and writes bench/results/ingest.json.
+median is the baseline). Then the same load again, on fresh runs, against two gunicorn nodes
+(each with half the workers, on two ports, the clients split between them) behind one PostgreSQL:
+events per second, CPU per event per tier, and what one core of each tier carries, the figures
+docs/scaling.md's capacity model is made of, with the disk the ledger takes per million events.
+Prints the figures and writes bench/results/ingest.json.
 A benchmark, not a test: nothing asserts on time. It does check that every batch was stored and
 that the server's chain heads equal the ones computed for the COPY rows (else the ratio compares
 different work).
@@ -110,15 +114,18 @@ def copy_rows(run_pk: int, events: list[dict]) -> tuple[list[tuple], str]:
 # --- The two phases --------------------------------------------------------------------------
 
 
-def post_all(key: str, batches: list[tuple[str, bytes]], clients: int = CLIENTS) -> tuple[float, list[tuple]]:
-    """Post every batch from `clients` threads sharing one queue; wall time and per-request results."""
+def post_all(
+    key: str, batches: list[tuple[str, bytes]], clients: int = CLIENTS, ports: tuple[int, ...] = (common.PORT,)
+) -> tuple[float, list[tuple]]:
+    """Post every batch from `clients` threads sharing one queue, the threads spread over the web
+    nodes on `ports`; wall time and per-request results."""
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     queue, lock, results, abort = iter(batches), threading.Lock(), [], threading.Event()
 
-    def client() -> None:
+    def client(port: int) -> None:
         # One persistent http.client connection per thread: it reconnects by itself when the
         # server closes (gunicorn's sync workers answer every request with Connection: close).
-        conn = http.client.HTTPConnection("127.0.0.1", common.PORT, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         while True:
             with lock:
                 item = next(queue, None)
@@ -132,7 +139,7 @@ def post_all(key: str, batches: list[tuple[str, bytes]], clients: int = CLIENTS)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        futures = [pool.submit(client) for _ in range(clients)]
+        futures = [pool.submit(client, ports[n % len(ports)]) for n in range(clients)]
         try:
             for future in futures:
                 future.result()  # re-raises a client's exception here
@@ -142,23 +149,50 @@ def post_all(key: str, batches: list[tuple[str, bytes]], clients: int = CLIENTS)
     return time.perf_counter() - started, results
 
 
-def serve_and_post(env: dict[str, str], key: str, warmup: list, measured: list) -> tuple:
-    server = common.start_gunicorn(env)
+def serve_and_post(env: dict[str, str], key: str, warmup: list, measured: list, nodes: int = 1) -> tuple:
+    """Serve from `nodes` gunicorn masters on consecutive ports sharing the configured workers,
+    warm every thread, then post `measured` and meter each tier's CPU."""
+    workers = max(1, common.configured_workers(env) // nodes)
+    ports = tuple(common.PORT + n for n in range(nodes))
+    node_env = {"WEB_CONCURRENCY": str(workers)} if nodes > 1 else {}
+    servers: list = []
     try:
-        web_threads = len(psutil.Process(server.pid).children()) * int(env.get("WEB_THREADS") or 4)
-        post_all(key, warmup, clients=web_threads)  # first requests pay for connections: not measured
+        for port in ports:
+            servers.append(common.start_gunicorn({**env, **node_env, "PORT": str(port)}))
+        web_threads = sum(len(psutil.Process(s.pid).children()) for s in servers) * int(env.get("WEB_THREADS") or 4)
+        post_all(key, warmup, clients=web_threads, ports=ports)  # first requests pay for connections: not measured
         common.checkpoint()
-        sampler = common.RssSampler(server.pid)
-        sampler.start()
-        web = [server.pid, *(child.pid for child in sampler.master.children())]
-        print(f"Posting {len(measured)} batches of {EVENTS_PER_RUN} from {CLIENTS} clients…", flush=True)
+        samplers = [common.RssSampler(s.pid) for s in servers]
+        for sampler in samplers:
+            sampler.start()
+        web = [pid for s in samplers for pid in (s.master.pid, *(child.pid for child in s.master.children()))]
+        print(f"Posting {len(measured)} batches of {EVENTS_PER_RUN} from {CLIENTS} clients to {nodes} web node(s)…")
         with common.CpuMeter(web=web, postgres=common.database_backends) as cpu:
-            seconds, results = post_all(key, measured)
-        sampler.done.set()
-        sampler.join()
-        return seconds, results, cpu.seconds, sampler
+            seconds, results = post_all(key, measured, ports=ports)
+        for sampler in samplers:
+            sampler.done.set()
+            sampler.join()
+        return seconds, results, cpu.seconds, samplers[0]
     finally:
-        common.stop(server)
+        for server in servers:
+            common.stop(server)
+
+
+def ledger_disk_bytes() -> tuple[int, int]:
+    """(events stored, bytes of every ledger table with its indexes and TOAST): disk per event."""
+    with psycopg.connect(common.DATABASE_URL) as conn:
+        events = conn.execute("SELECT count(*) FROM ledger_runevent").fetchone()[0]
+        size = conn.execute(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname LIKE 'ledger\\_%'"
+        ).fetchone()[0]
+    return events, int(size)
+
+
+def check_stored(results: list[tuple], heads: dict[str, str]) -> None:
+    for _, run_id, status, data in results:
+        if status != 200 or (heads and orjson.loads(data)["runs"][0]["head"] != heads[run_id]):
+            raise RuntimeError(f"{run_id} was not stored as expected: {status} {data[:300]!r}")
 
 
 def copy_baseline(rows: list[tuple], attempt: int) -> tuple[float, dict[str, float]]:
@@ -186,6 +220,10 @@ def main() -> None:
     # Everything the clients send is serialized now, so the timed loop only moves bytes.
     bodies = [(run_id, orjson.dumps({"events": events})) for run_id, events in runs.items()]
     warmup, measured = bodies[:WARMUP_RUNS], bodies[WARMUP_RUNS:]
+    two_nodes = [  # the second phase's own runs: a re-sent batch would be a duplicate, not work
+        (f"{tag}-n{n:04d}", orjson.dumps({"events": run_events(f"{tag}-n{n:04d}", f"{tag}-s{n % 50}")}))
+        for n in range(RUNS + WARMUP_RUNS)
+    ]
     heads, rows = {}, []
     for pk, (run_id, _) in enumerate(measured, start=1):
         run_rows, heads[run_id] = copy_rows(pk, runs[run_id])
@@ -201,17 +239,22 @@ def main() -> None:
     print(f"COPYing {len(rows):,} rows into a bare table ({COPY_ATTEMPTS} times: once now, then after)…", flush=True)
     copies = [copy_baseline(rows, 0)]
     http_s, results, http_cpu, sampler = serve_and_post(env, key, warmup, measured)
-    for _, run_id, status, data in results:
-        if status != 200 or orjson.loads(data)["runs"][0]["head"] != heads[run_id]:
-            raise RuntimeError(f"{run_id} was not stored as expected: {status} {data[:300]!r}")
+    check_stored(results, heads)
     copies += [copy_baseline(rows, attempt) for attempt in range(1, COPY_ATTEMPTS)]
+    nodes_s, nodes_results, nodes_cpu, _ = serve_and_post(
+        env, key, two_nodes[:WARMUP_RUNS], two_nodes[WARMUP_RUNS:], nodes=2
+    )
+    check_stored(nodes_results, {})
+    stored, disk = ledger_disk_bytes()
     copies.sort(key=lambda c: c[0])
     copy_s, copy_cpu = copies[len(copies) // 2]
 
     events, size = len(rows), sum(len(body) for _, body in measured) // len(measured)
     cuts = statistics.quantiles([r[0] * 1000 for r in results], n=100, method="inclusive")  # 99 cut points
     cpu_us = {phase: {k: round(v / events * 1e6, 1) for k, v in cpu.items()} for phase, cpu in
-              (("http", http_cpu), ("copy", copy_cpu))}  # fmt: skip
+              (("http", http_cpu), ("copy", copy_cpu), ("two_nodes", nodes_cpu))}  # fmt: skip
+    node_cuts = statistics.quantiles([r[0] * 1000 for r in nodes_results], n=100, method="inclusive")
+    n = cpu_us["two_nodes"]
     f = {
         "events": events, "batch_size": EVENTS_PER_RUN, "clients": CLIENTS,
         "payload_bytes": PAYLOAD_BYTES, "request_bytes": size, "http_seconds": round(http_s, 3),
@@ -223,9 +266,16 @@ def main() -> None:
         "workers_peak_rss_mib_total": round(sampler.peak_total / 2**20, 1),
         "worker_peak_rss_mib_max": round(sampler.peak_worker / 2**20, 1),
         "cpu_us_per_event": cpu_us, "machine": common.machine(), "database_url": common.DATABASE_URL,
+        "two_nodes": {
+            "events_per_s": round(events / nodes_s), "ratio_to_one_node": round(http_s / nodes_s, 3),
+            "p50_ms": round(node_cuts[49], 1), "p99_ms": round(node_cuts[98], 1),
+            "events_per_s_per_web_core": round(1e6 / n["web"]),
+            "events_per_s_per_postgres_core": round(1e6 / n["postgres"]),
+        },
+        "disk_mib_per_million_events": round(disk / stored * 1e6 / 2**20),
     }  # fmt: skip
     (common.RESULTS / "ingest.json").write_text(json.dumps(f, indent=2) + "\n")
-    h, c = cpu_us["http"], cpu_us["copy"]
+    h, c, nodes = cpu_us["http"], cpu_us["copy"], f["two_nodes"]
     print(
         f"\n  http ingest     {f['http_events_per_s']:>8,} events/s  ({http_s:.2f} s, {size // 1024} KiB requests)"
         f"\n  copy baseline   {f['copy_events_per_s']:>8,} events/s  ({copy_s:.2f} s, one transaction;"
@@ -238,6 +288,12 @@ def main() -> None:
         f" copy: postgres {c['postgres']} (client {c['client']})"
         f"\n  other CPU       {h['other']} µs/event during http, {c['other']} during copy"
         " (PostgreSQL background writers and other jobs; high values mean noisy figures)"
+        f"\n  two web nodes   {nodes['events_per_s']:>8,} events/s, {nodes['ratio_to_one_node']:.2f}"
+        f" of one node's rate; p50 {nodes['p50_ms']} ms, p99 {nodes['p99_ms']} ms"
+        f"\n  per core        {nodes['events_per_s_per_web_core']:,} events/s per web core (web {n['web']} µs),"
+        f" {nodes['events_per_s_per_postgres_core']:,} per PostgreSQL core (postgres {n['postgres']} µs)"
+        f"\n  disk            {f['disk_mib_per_million_events']:,} MiB per million events"
+        f" (ledger tables, indexes, TOAST; {stored:,} events stored)"
         f"\n  machine         {f['machine']}\n  written to      {common.RESULTS / 'ingest.json'}"
     )
 
