@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from ledger.asks.services import ask_open
+from ledger.models import Ask
 from tenancy.models import AGENT_SCOPES, AgentKey, Membership, Project
 from tenancy.services import agent_key_create, membership_grant, project_get_or_create
 
@@ -171,3 +173,18 @@ def _stop_embedded_postgresql_under_tmp_path(request: pytest.FixtureRequest) -> 
 
         if postmaster_running(pid_file.parent):
             stop(pid_file.parent)
+
+
+def pay_ask_open(project: Project, *, run_id: str) -> Ask:
+    """An ask of a payment for an agent to wait on, declined at its deadline."""
+    ask, _ = ask_open(
+        project=project,
+        key=None,
+        run_id=run_id,
+        session_id=None,
+        pause_data={"toolCallId": "t3", "toolName": "pay", "ask": {"question": "Pay 40 EUR?"}},
+        checkpoint=None,
+        deadline=None,
+        on_timeout="decline",
+    )
+    return ask

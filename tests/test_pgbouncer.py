@@ -23,10 +23,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from ledger.asks.services import ask_open
 from tenancy.models import AGENT_SCOPES, AgentKey
 from tenancy.services import agent_key_create
-from tests.conftest import fixture_events
+from tests.conftest import fixture_events, pay_ask_open
 from tests.servers import PROJECT_ROOT, Gunicorn, database_url_for_subprocesses, free_port
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
@@ -141,16 +140,7 @@ def test_two_web_nodes_behind_pgbouncer_ingest_decide_and_wake_each_other(
 ) -> None:
     agent_secret = agent_key_create(project=project, scopes=AGENT_SCOPES)[1]
     decider_secret = agent_key_create(project=project, scopes=[AgentKey.Scope.DECIDE])[1]
-    ask, _ = ask_open(
-        project=project,
-        key=None,
-        run_id="run-pooled-wait",
-        session_id=None,
-        pause_data={"toolCallId": "t3", "toolName": "pay", "ask": {"question": "Pay 40 EUR?"}},
-        checkpoint=None,
-        deadline=None,
-        on_timeout="decline",
-    )
+    ask = pay_ask_open(project, run_id="run-pooled-wait")
     nodes = [Gunicorn(tmp_path / f"node-{n}.log", env=_pooled_env(pgbouncer)) for n in "ab"]
     waited: dict[str, Any] = {}
     try:

@@ -28,7 +28,7 @@ from ledger.asks.webhooks import webhook_endpoint_set
 from ledger.models import Ask, ChainAnchor, WebhookDelivery
 from tenancy.models import AGENT_SCOPES, AgentKey
 from tenancy.services import agent_key_create
-from tests.conftest import fixture_events
+from tests.conftest import fixture_events, pay_ask_open
 from tests.http_receiver import url_of, webhook_receiver
 from tests.servers import PROJECT_ROOT, Gunicorn, database_url_for_subprocesses
 
@@ -134,16 +134,7 @@ def test_two_workers_and_two_beats_do_each_piece_of_work_once(
 def test_an_agent_whose_web_node_is_killed_hears_the_decision_from_another(tmp_path: Path, project: Any) -> None:
     agent_secret = agent_key_create(project=project, scopes=AGENT_SCOPES)[1]
     decider_secret = agent_key_create(project=project, scopes=[AgentKey.Scope.DECIDE])[1]
-    ask, _ = ask_open(
-        project=project,
-        key=None,
-        run_id="run-node-killed",
-        session_id=None,
-        pause_data={"toolCallId": "t3", "toolName": "pay", "ask": {"question": "Pay 40 EUR?"}},
-        checkpoint=None,
-        deadline=None,
-        on_timeout="decline",
-    )
+    ask = pay_ask_open(project, run_id="run-node-killed")
     doomed, survivor = (Gunicorn(tmp_path / f"node-{n}.log") for n in "ab")
     outcome: dict[str, Any] = {}
 
