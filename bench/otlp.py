@@ -4,7 +4,9 @@ native events endpoint, both served as `make run` serves them, in the same run.
 Each batch is one trace: an invoke_agent span and 511 execute_tool / chat children carrying
 GenAI attributes (every span maps onto two agentfootprint events). The native phase posts the
 same number of events (1,024 per request, ~400-byte payloads) to POST /api/v1/events. Figures
-are printed as rates and as the ratio of events stored per second through each door.
+are printed as rates and as the ratio of events stored per second through each door, and as the
+CPU (web workers and PostgreSQL backends) each door spends per stored event: steadier than rates
+on a shared machine.
 """
 
 import http.client
@@ -24,6 +26,7 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/footpr
 
 import common
 import orjson
+import psutil
 from ingest import run_events
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -99,6 +102,10 @@ def post_all(path: str, content_type: str, key: str, bodies: list[bytes]) -> tup
     return time.perf_counter() - started, latencies
 
 
+def cpu_us_per_event(cpu: dict[str, float], events: int) -> dict[str, float]:
+    return {name: round(seconds / events * 1e6, 1) for name, seconds in cpu.items()}
+
+
 def main() -> None:
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     print(f"Preparing {BATCHES} OTLP batches of {SPANS_PER_BATCH} spans and the native equivalent…", flush=True)
@@ -116,12 +123,15 @@ def main() -> None:
     try:
         post_all("/v1/traces", "application/x-protobuf", key, otlp_bodies[:4])  # warm-up, not measured
         post_all("/api/v1/events", "application/json", key, native_bodies[:4])
+        web = [server.pid, *(child.pid for child in psutil.Process(server.pid).children())]
         common.checkpoint()
         print("Posting OTLP batches…", flush=True)
-        otlp_s, otlp_lat = post_all("/v1/traces", "application/x-protobuf", key, otlp_bodies[4:])
+        with common.CpuMeter(web=web, postgres=common.database_backends) as otlp_cpu:
+            otlp_s, otlp_lat = post_all("/v1/traces", "application/x-protobuf", key, otlp_bodies[4:])
         common.checkpoint()
         print("Posting native batches…", flush=True)
-        native_s, native_lat = post_all("/api/v1/events", "application/json", key, native_bodies[4:])
+        with common.CpuMeter(web=web, postgres=common.database_backends) as native_cpu:
+            native_s, native_lat = post_all("/api/v1/events", "application/json", key, native_bodies[4:])
     finally:
         common.stop(server)
 
@@ -131,13 +141,19 @@ def main() -> None:
     def p(latencies: list[float], q: int) -> float:
         return round(statistics.quantiles([x * 1000 for x in latencies], n=100, method="inclusive")[q - 1], 1)
 
+    otlp_us, native_us = cpu_us_per_event(otlp_cpu.seconds, events), cpu_us_per_event(native_cpu.seconds, native_events)
+    otlp_server_us, native_server_us = otlp_us["web"] + otlp_us["postgres"], native_us["web"] + native_us["postgres"]
     figures = {
         "spans": spans, "spans_per_batch": SPANS_PER_BATCH, "clients": CLIENTS,
         "otlp_spans_per_s": round(spans / otlp_s), "otlp_events_per_s": round(events / otlp_s),
         "native_events_per_s": round(native_events / native_s),
         "ratio_events": round((events / otlp_s) / (native_events / native_s), 3),
         "otlp_p50_ms": p(otlp_lat, 50), "otlp_p99_ms": p(otlp_lat, 99),
-        "native_p50_ms": p(native_lat, 50), "native_p99_ms": p(native_lat, 99), "machine": common.machine(),
+        "native_p50_ms": p(native_lat, 50), "native_p99_ms": p(native_lat, 99),
+        "otlp_cpu_us_per_event": otlp_us, "native_cpu_us_per_event": native_us,
+        "otlp_cpu_us_per_span": round(2 * otlp_server_us, 1),
+        # Native CPU per event over OTLP's: like ratio_events, 1.0 is as cheap as the native door.
+        "ratio_cpu": round(native_server_us / otlp_server_us, 3), "machine": common.machine(),
     }  # fmt: skip
     (common.RESULTS / "otlp.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(
@@ -145,7 +161,13 @@ def main() -> None:
         f"  (p50 {figures['otlp_p50_ms']} ms, p99 {figures['otlp_p99_ms']} ms per {SPANS_PER_BATCH}-span request)"
         f"\n  native events   {figures['native_events_per_s']:>8,} events/s"
         f"  (p50 {figures['native_p50_ms']} ms, p99 {figures['native_p99_ms']} ms per 1,000-event request)"
-        f"\n  ratio           {figures['ratio_events']:>8.2f}  (events stored per second, OTLP / native)"
+        f"\n  ratio           {figures['ratio_events']:>8.2f}  (events stored per second, OTLP / native; aim >= 0.60)"
+        f"\n  CPU µs/event    OTLP: web {otlp_us['web']} + postgres {otlp_us['postgres']}"
+        f" ({figures['otlp_cpu_us_per_span']} per span);"
+        f" native: web {native_us['web']} + postgres {native_us['postgres']}"
+        f"\n  CPU ratio       {figures['ratio_cpu']:>8.2f}  (server CPU per stored event, native / OTLP)"
+        f"\n  other CPU       {otlp_us['other']} µs/event during OTLP, {native_us['other']} during native"
+        " (other jobs on the machine; high values mean noisy figures)"
         f"\n  machine         {figures['machine']}\n  written to      {common.RESULTS / 'otlp.json'}"
     )
 

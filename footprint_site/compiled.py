@@ -22,6 +22,8 @@ HOT_PATH = (
     "ledger/ingest/projections.py",
     "ledger/ingest/runs.py",
     "ledger/ingest/services.py",
+    "ledger/otlp/rows.py",
+    "ledger/otlp/wire.py",
     "footprint_site/lib/chain.py",
     "footprint_site/lib/ids.py",
     "footprint_site/lib/jsonbody.py",

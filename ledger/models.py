@@ -585,7 +585,14 @@ class OtlpSpan(models.Model):
     handed out once, when the span is first stored, so a re-sent span maps to nothing new.
     """
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="otlp_spans")
+    # No foreign key in the database, as for ingested_by_run: checked once per span at COMMIT, it
+    # cost OTLP ingestion as much of PostgreSQL's time as writing the span. The project is the
+    # agent key's, read in the same request; Django's ORM cascades a project's deletion, and run
+    # retention deletes a trace's spans with its run. No index of its own either: both unique
+    # constraints begin with it.
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="otlp_spans", db_index=False, db_constraint=False
+    )
     trace_id = models.CharField(max_length=32)
     span_id = models.CharField(max_length=16)
     # "" for a root span. The parent may arrive later, in another request, or never.

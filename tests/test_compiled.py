@@ -53,6 +53,8 @@ def test_what_runs_is_what_was_compiled() -> None:
     import ledger.ingest.projections
     import ledger.ingest.runs
     import ledger.ingest.services
+    import ledger.otlp.rows
+    import ledger.otlp.wire
     from footprint_site.compiled import is_compiled
 
     modules = (
@@ -60,6 +62,8 @@ def test_what_runs_is_what_was_compiled() -> None:
         ledger.ingest.projections,
         ledger.ingest.runs,
         ledger.ingest.services,
+        ledger.otlp.rows,
+        ledger.otlp.wire,
         footprint_site.lib.chain,
         footprint_site.lib.ids,
         footprint_site.lib.jsonbody,

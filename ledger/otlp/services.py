@@ -6,6 +6,7 @@ depends on the order spans arrive in, and a re-sent span is recognised by (trace
 and maps to nothing new.
 """
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -13,11 +14,14 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Max
 
+from footprint_site.lib.db import server_binding_cursor
 from footprint_site.lib.js import js_equal
+from footprint_site.lib.jsonb import JsonbDecoder
 from ledger.exceptions import BatchInvalid
 from ledger.ingest.envelopes import Event, check_events, replace_nul
 from ledger.ingest.services import events_ingest
 from ledger.models import OtlpSpan, Run
+from ledger.otlp.rows import SPANS_COPY, SpanRowsWriter
 from ledger.otlp.wire import Span, export_message, is_agent_span, span_events
 from tenancy.models import AgentKey, Project
 
@@ -37,6 +41,23 @@ def _lock_traces(project: Project, trace_ids: list[str]) -> None:
     with connection.cursor() as cur:
         for trace_id in sorted(trace_ids):
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"otlp:{project.pk}:{trace_id}"])
+
+
+def _stored_raws(project: Project, by_trace: dict[str, dict[str, Span]]) -> dict[tuple[str, str], Any]:
+    """The verbatim copies of the request's spans that are stored already, by (trace id, span id)."""
+    with server_binding_cursor() as cur:
+        # Two arrays, not one parameter per span: a 512-span request's IN list cost Django more
+        # time to build than PostgreSQL to answer. Usually no row: fresh spans.
+        cur.execute(
+            "SELECT trace_id, span_id, raw::text FROM ledger_otlpspan"
+            " WHERE project_id = %s AND trace_id = ANY(%s) AND span_id = ANY(%s)",
+            [project.pk, list(by_trace), [span_id for spans in by_trace.values() for span_id in spans]],
+        )
+        return {
+            (trace_id, span_id): json.loads(raw, cls=JsonbDecoder)
+            for trace_id, span_id, raw in cur
+            if span_id in by_trace[trace_id]  # a span id of one trace stored under another is not it
+        }
 
 
 def _next_numbers(project: Project, trace_ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -114,30 +135,6 @@ def _nested_agents(project: Project, trace_id: str, spans: dict[str, Span]) -> s
     return nested
 
 
-def _row(project: Project, span: Span, number: int, first_seq: int, event_count: int) -> OtlpSpan:
-    return OtlpSpan(
-        project=project,
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        parent_span_id=span.parent_span_id,
-        name=replace_nul(span.name),  # text columns cannot hold U+0000 either
-        kind=span.kind,
-        start_unix_nano=span.start_unix_nano,
-        end_unix_nano=span.end_unix_nano,
-        status_code=span.status_code,
-        status_message=replace_nul(span.status_message),
-        # jsonb cannot hold U+0000 (the events' `body` keeps it, see RunEvent).
-        attributes=replace_nul(span.attributes),
-        events=replace_nul(span.events),
-        resource_attributes=replace_nul(span.resource_attributes),
-        scope=replace_nul(span.scope),
-        raw=replace_nul(span.raw),
-        span_number=number,
-        first_seq=first_seq,
-        event_count=event_count,
-    )
-
-
 @transaction.atomic
 def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = None) -> OtlpReceipt:
     """Store the spans not stored yet and ingest their events; count the invalid ones as rejected,
@@ -145,8 +142,8 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
     always stored; a mapped event of it that is not a valid envelope is left out (and named).
 
     Preconditions: `spans` come from `ledger.otlp.decode_spans` (a span with a `problem` is
-    rejected, not stored). Writes OtlpSpan rows (INSERT … ON CONFLICT DO NOTHING on
-    (project, trace_id, span_id)) and, through `events_ingest(source=otlp)`, the runs, their
+    rejected, not stored). Writes OtlpSpan rows (binary COPY of the spans not stored yet, read
+    under the traces' locks) and, through `events_ingest(source=otlp)`, the runs, their
     chained events and projections, all in one transaction; `key`, the agent key that posted
     them, opens the asks their pauses open. Enqueues nothing.
     """
@@ -161,20 +158,13 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
     trace_ids = sorted(by_trace)
     _lock_traces(project, trace_ids)
     # Exact under the trace locks: nobody else can store spans of these traces until COMMIT.
-    stored = {
-        (trace_id, span_id): raw
-        for trace_id, span_id, raw in OtlpSpan.objects.filter(
-            project=project,
-            trace_id__in=trace_ids,
-            span_id__in={span_id for trace in by_trace.values() for span_id in trace},
-        ).values_list("trace_id", "span_id", "raw")
-    }
+    stored = _stored_raws(project, by_trace)
     for (trace_id, span_id), raw in stored.items():
         # An exporter's retry sends the same span (its numbers as jsonb read them back, by value).
         if not js_equal(raw, replace_nul(by_trace[trace_id][span_id].raw)):
             problems.append(f"span {span_id} was stored earlier with different content: the stored one is kept")
     numbers = _next_numbers(project, trace_ids)
-    rows: list[OtlpSpan] = []
+    rows: list[tuple[Span, int, int, int]] = []  # span, span_number, first_seq, event_count
     events: list[Event] = []
     unmapped: list[str] = []
     duplicates = 0
@@ -187,11 +177,16 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
             span_events_checked, left_out = _numbered(span_events(span, nested_agent=span.span_id in nested), seq)
             if left_out:
                 unmapped.append(f"span {span.span_id} ({span.name!r}): {left_out} of its mapped events are not valid")
-            rows.append(_row(project, span, number, seq, len(span_events_checked)))
+            rows.append((span, number, seq, len(span_events_checked)))
             events.extend(span_events_checked)
             number += 1
             seq += len(span_events_checked)
-    OtlpSpan.objects.bulk_create(rows, ignore_conflicts=True)
+    if rows:
+        with server_binding_cursor() as cur, cur.copy(SPANS_COPY) as copy:
+            writer = SpanRowsWriter(copy.write, project.pk)
+            for row in rows:
+                writer.append(*row)
+            writer.finish()
     if events:
         events_ingest(project=project, events=events, source=Run.Source.OTLP, key=key)
     return OtlpReceipt(

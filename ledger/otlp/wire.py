@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.internal.type_checkers import ToShortestFloat
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -179,9 +181,64 @@ def attributes_of(key_values: Any) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in key_values}
 
 
+# How `message_json` writes a field's value, as ProtoJSON (json_format) writes it.
+PLAIN, INT64, BYTES, DOUBLE, FLOAT, MESSAGE, ELSEWHERE = range(7)
+_CPP_KINDS = {
+    FieldDescriptor.CPPTYPE_INT64: INT64,
+    FieldDescriptor.CPPTYPE_UINT64: INT64,
+    FieldDescriptor.CPPTYPE_DOUBLE: DOUBLE,
+    FieldDescriptor.CPPTYPE_FLOAT: FLOAT,
+    FieldDescriptor.CPPTYPE_MESSAGE: MESSAGE,
+}
+_field_kinds: dict[Any, tuple[str, int, bool]] = {}
+
+
+def _field_kind(field: Any) -> tuple[str, int, bool]:
+    """A field's JSON name, how its value is written, and whether it is repeated."""
+    known = _field_kinds.get(field)
+    if known is None:
+        kind = BYTES if field.type == FieldDescriptor.TYPE_BYTES else _CPP_KINDS.get(field.cpp_type, PLAIN)
+        message_type = field.message_type
+        if field.is_extension or (
+            message_type is not None
+            and (message_type.GetOptions().map_entry or message_type.full_name.startswith("google.protobuf."))
+        ):
+            kind = ELSEWHERE  # maps, well-known types, extensions: none in OTLP's trace messages today
+        known = _field_kinds[field] = (field.json_name, kind, field.is_repeated)
+    return known
+
+
+def _json_value(kind: int, value: Any) -> Any:
+    if kind == PLAIN:
+        return value
+    if kind == MESSAGE:
+        return message_json(value)
+    if kind == INT64:
+        return str(value)
+    if kind == BYTES:
+        return base64.b64encode(value).decode()
+    if math.isfinite(value):
+        return value if kind == DOUBLE else ToShortestFloat(value)
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def message_json(message: Any) -> dict[str, Any]:
+    """`message` as `json_format.MessageToDict(message, use_integers_for_enums=True)` writes it, in
+    a fifth of its time: the span's verbatim copy is most of what decoding a request costs. A field
+    this does not write itself (a map, a well-known type) has json_format write the message."""
+    document: dict[str, Any] = {}
+    for field, value in message.ListFields():
+        name, kind, repeated = _field_kind(field)
+        if kind == ELSEWHERE:
+            whole: dict[str, Any] = json_format.MessageToDict(message, use_integers_for_enums=True)
+            return whole
+        document[name] = [_json_value(kind, item) for item in value] if repeated else _json_value(kind, value)
+    return document
+
+
 def _otlp_json(span: Any) -> dict[str, Any]:
     """The span as OTLP/JSON: camelCase keys, integer enums, hex ids."""
-    raw: dict[str, Any] = json_format.MessageToDict(span, use_integers_for_enums=True)
+    raw = message_json(span)
     holders = [raw, *_items(raw.get("links"))]
     for holder in holders:
         for key in ("traceId", "spanId", "parentSpanId"):
@@ -216,7 +273,7 @@ def decode_spans(body: bytes, *, as_json: bool) -> list[Span]:
     for r, resource_spans in enumerate(message.resource_spans):
         resource_attributes = attributes_of(resource_spans.resource.attributes)
         for s, scope_spans in enumerate(resource_spans.scope_spans):
-            scope: dict[str, Any] = json_format.MessageToDict(scope_spans.scope)
+            scope = message_json(scope_spans.scope)
             for n, span in enumerate(scope_spans.spans):
                 problem = _problem_of(span)
                 parent = bytes(span.parent_span_id)
