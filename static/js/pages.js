@@ -14,3 +14,14 @@ document.addEventListener("keydown", (event) => {
 document.addEventListener("htmx:beforeRequest", (event) => {
   if (document.hidden && event.detail.elt.closest("[data-poll-visible-only]")) event.preventDefault();
 });
+// Moments are rendered relative ("4 min ago") with the UTC time on hover; here the hover text is
+// rewritten in the reader's own time zone, on load and in every fragment htmx swaps in.
+const localTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "long" });
+function showLocalTimes(root) {
+  for (const element of root.querySelectorAll("time[data-when]")) {
+    const moment = new Date(element.getAttribute("datetime"));
+    if (!Number.isNaN(moment.getTime())) element.title = localTime.format(moment);
+  }
+}
+document.addEventListener("DOMContentLoaded", () => showLocalTimes(document));
+document.addEventListener("htmx:afterSwap", (event) => showLocalTimes(event.detail.elt.parentElement || document));

@@ -1,0 +1,147 @@
+"""Pages that read like a product: times and sizes for people, the server's own records listed with
+the events, a run's audit bundle from its page, tables that fold into cards on a phone."""
+
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from django.test import Client
+
+from ledger.models import Run
+from tests.conftest import ApiClient, load_fixture, numbered_per_run
+from tests.ledger.ask_helpers import B_RUN, decide, open_ask
+
+pytestmark = pytest.mark.django_db
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+# What a page must never show: an epoch in milliseconds (13 digits from 2001 to 2286) or a
+# count of milliseconds printed as a bare number.
+EPOCH_MS = re.compile(r"(?<![\w.#-])1\d{12}(?![\w.])")
+RAW_MS = re.compile(r"\b\d{4,} ms\b")
+ROW = re.compile(r'<tr class="event-row( by-server)?">(.*?)</tr>', re.S)
+
+
+@pytest.fixture
+def decided_run(agent_client: ApiClient, integration_client: ApiClient) -> Run:
+    """Scenario b's run, paused on an ask, and a person's decision the server chained to it."""
+    capture = load_fixture("b-middleware/events-declined.json")
+    assert agent_client.ingest(numbered_per_run(capture["events"][: capture["resumeStartsAtSeq"]])).status_code == 200
+    ask_id = open_ask(agent_client, status=200)["id"]
+    assert decide(integration_client, ask_id, approved=False, by="dana", note="no PO").status_code == 200
+    return Run.objects.get(run_id=B_RUN)
+
+
+def _page(client: Client, url: str) -> str:
+    response = client.get(url)
+    assert response.status_code == 200, response.content[:500]
+    return response.content.decode()
+
+
+def test_no_template_formats_a_moment_or_a_duration_by_hand() -> None:
+    """Moments go through `when`/`when_ms`, durations through `duration`/`duration_ms`, sizes
+    through `filesizeformat`: one way, so every page reads the same."""
+    offenders = []
+    for path in TEMPLATES.rglob("*.html"):
+        text = path.read_text()
+        for pattern in (r'\|date:"', r"\|naturaltime", r"\|from_ms", r"_ms \}\} ?ms", r"bytes \}\} bytes"):
+            offenders += [f"{path.relative_to(TEMPLATES)}: {pattern}" for _ in re.finditer(pattern, text)]
+    assert offenders == []
+
+
+def test_run_page_shows_times_for_people_not_epoch_numbers(auditor_client: Client, decided_run: Run) -> None:
+    url = f"/projects/acme/runs/{B_RUN}/"
+
+    page = _page(auditor_client, url)
+
+    assert "<time datetime=" in page
+    assert "data-when" in page
+    assert not EPOCH_MS.findall(page.replace(B_RUN, "")), EPOCH_MS.findall(page.replace(B_RUN, ""))[:5]
+    assert not RAW_MS.findall(page)
+    # timeline times are offsets from the run's first event, the moment itself on hover
+    first = ROW.search(page)
+    assert first
+    hover = r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC" data-when>\+0 ms</time>'
+    assert re.search(hover, first.group(2))
+
+
+def test_timeline_lists_the_servers_decision_with_the_events_so_the_counts_agree(
+    auditor_client: Client, decided_run: Run
+) -> None:
+    page = _page(auditor_client, f"/projects/acme/runs/{B_RUN}/")
+    rows = ROW.findall(page)
+    while 'class="more"' in page and (later := re.search(r'hx-get="([^"]+\?after_seq=\d+)"', page)):
+        page = _page(auditor_client, later.group(1).replace("&amp;", "&"))
+        rows += ROW.findall(page)
+
+    assert len(rows) == decided_run.chain_length == decided_run.event_count + 1
+    server_rows = [cells for by_server, cells in rows if by_server]
+    assert len(server_rows) == 1
+    assert 'class="tag server-tag"' in server_rows[0]
+    assert "ledger.human_decision" in server_rows[0]
+    # listed after the agent's event chained before it: here, the last one received
+    assert rows[-1][0] == " by-server"
+
+
+def test_timeline_places_a_decision_between_the_events_around_it_on_any_page(
+    agent_client: ApiClient, auditor_client: Client, decided_run: Run
+) -> None:
+    later = {
+        "seq": decided_run.max_seq + 1,
+        "type": "agentfootprint.agent.turn_end",
+        "payload": {},
+        "meta": {"runId": B_RUN},
+    }
+    assert agent_client.ingest([later]).status_code == 200
+    events_url = f"/projects/acme/runs/{B_RUN}/events/"
+
+    last_page = _page(auditor_client, f"{events_url}?after_seq={decided_run.max_seq - 1}")
+
+    types = re.findall(r"<td><code>([\w.]+)</code></td>", last_page)
+    assert types == [types[0], "ledger.human_decision", "agent.turn_end"]
+
+
+def test_an_auditor_downloads_the_runs_audit_bundle_the_api_gives(
+    auditor_client: Client, agent_client: ApiClient, decided_run: Run
+) -> None:
+    page = _page(auditor_client, f"/projects/acme/runs/{B_RUN}/")
+    link = re.search(r'<a href="([^"]+)" download class="run-bundle">', page)
+    assert link is not None
+
+    response = auditor_client.get(link.group(1))
+    api = agent_client.get(f"/api/v1/runs/{B_RUN}/audit-bundle")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response["Content-Disposition"] == f'attachment; filename="{B_RUN}.audit.json"'
+    downloaded, given = orjson.loads(response.content), orjson.loads(api.content)
+    # the same bundle, byte for byte, but for the moment each was exported
+    assert downloaded["header"].pop("exportedAt") <= given["header"].pop("exportedAt")
+    assert downloaded == given
+    assert downloaded["header"]["recordCount"] == decided_run.chain_length + 1
+
+
+def test_the_bundle_download_of_another_projects_run_is_a_404(outsider_client: Client, decided_run: Run) -> None:
+    assert outsider_client.get(f"/projects/acme/runs/{B_RUN}/audit-bundle/").status_code == 404
+
+
+def test_inbox_rows_name_each_cell_for_a_phone(approver_client: Client, agent_client: ApiClient) -> None:
+    capture = load_fixture("b-middleware/events-declined.json")
+    agent_client.ingest(numbered_per_run(capture["events"][: capture["resumeStartsAtSeq"]]))
+    open_ask(agent_client, status=200)
+
+    page = _page(approver_client, "/inbox/")
+
+    assert '<table class="asks cards">' in page
+    row = re.search(r'<tr class="ask-row"[^>]*>(.*?)</tr>', page, re.S)
+    assert row is not None
+    labels = re.findall(r'data-label="([^"]+)"', row.group(1))
+    assert labels == ["Asked", "Project", "Kind", "Tool", "Run", "Deadline"]
+    assert '<td class="primary">' in row.group(1)
+
+
+def test_empty_inbox_says_why(approver_client: Client) -> None:
+    page = _page(approver_client, "/inbox/")
+
+    assert "Nothing is waiting for you." in page
+    assert "pauses for a person" in page
