@@ -3,12 +3,14 @@ the events, a run's audit bundle from its page, tables that fold into cards on a
 
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from django.test import Client
 
 from ledger.models import Run
+from ledger.refusals import views as refusal_views
 from tests.conftest import ApiClient, load_fixture, numbered_per_run
 from tests.ledger.ask_helpers import B_RUN, decide, open_ask
 
@@ -145,3 +147,84 @@ def test_empty_inbox_says_why(approver_client: Client) -> None:
 
     assert "Nothing is waiting for you." in page
     assert "pauses for a person" in page
+
+
+def _deny(run_id: str, seq: int, wall_clock_ms: int | None, rule: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"runId": run_id}
+    if wall_clock_ms is not None:
+        meta["wallClockMs"] = wall_clock_ms
+    payload = {"middleware": rule, "moment": "before-tool", "outcome": "deny", "why": f"refused by {rule}"}
+    return {"seq": seq, "type": "agentfootprint.middleware.decision", "payload": payload, "meta": meta}
+
+
+REFUSAL_RULES = re.compile(r'<tr class="refusal-row">.*?<td>([\w-]+)</td>\s*<td>refused by', re.S)
+
+
+def test_refusals_are_listed_in_time_order_not_the_order_they_arrived(
+    auditor_client: Client, agent_client: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = 1_796_000_000_000
+    # Sent in this order; each run's batch arrives after the last, but happened earlier.
+    for run_id, wall, rule in (
+        ("run-late", base + 30_000, "third"),
+        ("run-early", base + 10_000, "first"),
+        ("run-unclocked", None, "unclocked"),
+        ("run-middle", base + 20_000, "second"),
+    ):
+        assert agent_client.ingest([_deny(run_id, 0, wall, rule)]).status_code == 200
+
+    page = _page(auditor_client, "/refusals/")
+    assert REFUSAL_RULES.findall(page) == ["third", "second", "first", "unclocked"]
+
+    # paged one at a time, the cursor carries the time and the id: nothing repeats or goes missing
+    monkeypatch.setattr(refusal_views, "REFUSALS_PER_PAGE", 1)
+    seen, url = [], "/refusals/"
+    while url:
+        page = _page(auditor_client, url)
+        seen += REFUSAL_RULES.findall(page)
+        older = re.search(r'<tr class="more"><td colspan="8">\s*<a href="(\?[^"]+)"', page)
+        url = "/refusals/" + older.group(1).replace("&amp;", "&") if older else ""
+    assert seen == ["third", "second", "first", "unclocked"]
+
+
+def test_a_filtered_empty_list_says_nothing_matches_and_links_to_clear_it(
+    auditor_client: Client, agent_client: ApiClient
+) -> None:
+    assert agent_client.ingest([_deny("run-1", 0, 1_796_000_000_000, "rule")]).status_code == 200
+
+    runs = _page(auditor_client, "/?status=failed")
+    refusals = _page(auditor_client, "/refusals/?rule=no-such-rule")
+    artifacts = _page(auditor_client, "/projects/acme/artifacts/?kind=no-such-kind")
+
+    assert "No runs match these filters." in runs
+    assert '<a href="/" class="clear-filters">Clear the filters</a>' in runs
+    assert "No runs yet" not in runs
+    assert "No refusals match these filters." in refusals
+    assert '<a href="/refusals/" class="clear-filters">Clear the filters</a>' in refusals
+    assert "No artifacts match these filters." in artifacts
+    assert '<a href="/projects/acme/artifacts/" class="clear-filters">Clear the filters</a>' in artifacts
+
+
+def test_an_empty_list_with_no_filters_says_there_is_nothing_yet(auditor_client: Client) -> None:
+    assert "No runs yet." in _page(auditor_client, "/")
+    assert "No refusals yet." in _page(auditor_client, "/refusals/")
+    assert "No live artifacts." in _page(auditor_client, "/projects/acme/artifacts/")
+
+
+def test_the_filter_form_is_rendered_from_the_url(auditor_client: Client) -> None:
+    """What a history restore without a cached snapshot, or a shared link, shows: the form as filtered."""
+    page = _page(auditor_client, "/?status=failed&tool=lookup&has_refusals=on")
+
+    start = page.index('<form method="get"')
+    form = page[start : page.index("</form>", start)]
+    assert "data-filters" in form
+    assert '<option value="failed" selected>' in form
+    assert 'name="tool" value="lookup"' in form
+    assert re.search(r'<input type="checkbox" name="has_refusals"[^>]* checked>', form)
+
+
+def test_the_admin_spells_model_names_right(admin_client: Client) -> None:
+    page = _page(admin_client, "/admin/")
+
+    assert "Webhook deliveries" in page
+    assert "deliverys" not in page.lower()
