@@ -187,7 +187,7 @@ def ask_outcomes(*, ask: Ask, args: Any) -> AskOutcomes:
     if ask.kind == Ask.Kind.PLAIN:
         return AskOutcomes(
             approve=f"Your answer becomes the result of {tool} ({call}): the model reads it and carries on.",
-            decline="The run waits until someone answers or the deadline passes.",
+            decline="Until someone answers, the run waits (past a deadline it closes with no answer).",
             runs_tool=False,
         )
     if ask.kind in APPROVING_DOES:
@@ -203,8 +203,8 @@ def ask_outcomes(*, ask: Ask, args: Any) -> AskOutcomes:
             f"Approving runs {tool} ({call}){with_args}: {checked}the tool executes and the model reads its result."
         ),
         decline=(
-            f"Declining: {tool} does not run. The model reads “declined by human: <your note>” as the "
-            "tool's result (“declined by human” without a note)."
+            f"Declining stops it: {tool} does not run, and the model reads “declined by human: <your note>” "
+            "as the tool's result (“declined by human” without a note)."
         ),
         runs_tool=True,
     )
