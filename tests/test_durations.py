@@ -95,3 +95,27 @@ def test_duration_filters_take_a_timedelta_or_milliseconds() -> None:
 def test_sizes_read_in_kb_and_mb() -> None:
     assert _render("{{ n|filesizeformat }}", n=1536) == "1.5\xa0KB"
     assert _render("{{ n|filesizeformat }}", n=3 * 1024 * 1024) == "3.0\xa0MB"
+
+
+@pytest.mark.parametrize(
+    ("text", "milliseconds"),
+    [("7 d", 604_800_000), ("12h", 43_200_000), ("1 h 30 min", 5_400_000), ("1.5 s", 1500), ("60000", 60_000)],
+)
+def test_a_duration_is_typed_with_its_unit(text: str, milliseconds: int) -> None:
+    assert durations.parse_duration_ms(text) == milliseconds
+    assert durations.parse_duration_ms(durations.duration_exact_text(milliseconds)) == milliseconds
+
+
+@pytest.mark.parametrize(("text", "problem"), [("7 weeks", "“weeks” is not one of"), ("soon", "is not an amount")])
+def test_a_duration_not_understood_says_what(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        durations.parse_duration_ms(text)
+
+
+def test_a_size_is_typed_in_kb_or_mb_and_shown_back_exactly() -> None:
+    assert durations.parse_size("10 MB") == 10 * 1024 * 1024
+    assert durations.parse_size("512 kb") == 512 * 1024
+    assert durations.size_exact_text(1536 * 1024) == "1536 KB"
+    assert durations.size_exact_text(1000) == "1000 bytes"
+    with pytest.raises(ValueError, match="too large"):
+        durations.parse_size("99999999999 GB")

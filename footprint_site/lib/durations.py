@@ -4,6 +4,7 @@ Framework-free and pure, so the pages, their tests and any later report format t
 milliseconds below a second, seconds with one decimal below a minute, then minutes and hours.
 """
 
+import re
 from datetime import UTC, datetime, timedelta
 
 MINUTE = 60
@@ -74,3 +75,59 @@ def absolute_text(moment: datetime) -> str:
 def offset_text(delta: timedelta) -> str:
     """A moment within a run, as its distance from the run's start: '+0 ms', '+4.2 s'."""
     return "+" + duration_text(delta.total_seconds()) if delta >= timedelta(0) else duration_text(delta.total_seconds())
+
+
+# Units a person may type for a duration or a size (a setting's form), in milliseconds or bytes.
+DURATION_UNITS = {"d": 86_400_000, "h": 3_600_000, "min": 60_000, "s": 1000, "ms": 1}
+SIZE_UNITS = {"gb": 1024**3, "mb": 1024**2, "kb": 1024, "bytes": 1, "b": 1}
+_AMOUNT = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
+
+
+def _parse(text: str, units: dict[str, int], bare: int) -> int:
+    """'1 h 30 min' → 5_400_000 with DURATION_UNITS; a bare number counts in `bare`. ValueError
+    naming what was not understood."""
+    total, position, text = 0.0, 0, text.strip()
+    if not text:
+        raise ValueError("it is empty")
+    while position < len(text):
+        match = _AMOUNT.match(text, position)
+        if match is None or match.end() == position:
+            raise ValueError(f"“{text[position:].strip()}” is not an amount with a unit")
+        amount, unit = float(match.group(1)), match.group(2).lower()
+        if unit and unit not in units:
+            raise ValueError(f"“{unit}” is not one of {', '.join(units)}")
+        total += amount * (units[unit] if unit else bare)
+        position = match.end()
+    if abs(total) >= 2**63:  # what PostgreSQL's bigint holds
+        raise ValueError("it is too large")
+    return round(total)
+
+
+def parse_duration_ms(text: str) -> int:
+    """'7 d', '12 h', '1 h 30 min', '45 s', '500 ms' in milliseconds; a bare number is milliseconds."""
+    return _parse(text, DURATION_UNITS, bare=1)
+
+
+def parse_size(text: str) -> int:
+    """'512 KB', '10 MB', '1 GB', '300 bytes' in bytes (1 KB = 1024 bytes); a bare number is bytes."""
+    return _parse(text, SIZE_UNITS, bare=1)
+
+
+def duration_exact_text(milliseconds: int) -> str:
+    """Every unit that is not zero, so the text reads back to the same number: '1 d 2 h 30 min'."""
+    if milliseconds <= 0:
+        return f"{milliseconds} ms"
+    parts, rest = [], milliseconds
+    for unit, size in DURATION_UNITS.items():
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count} {unit}")
+    return " ".join(parts)
+
+
+def size_exact_text(size: int) -> str:
+    """The largest unit that holds the size whole: '10 MB', '1536 KB', '1000 bytes'."""
+    for unit, factor in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if size > 0 and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"

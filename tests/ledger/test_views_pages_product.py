@@ -228,3 +228,31 @@ def test_the_admin_spells_model_names_right(admin_client: Client) -> None:
 
     assert "Webhook deliveries" in page
     assert "deliverys" not in page.lower()
+
+
+def test_the_retention_form_takes_and_shows_durations_and_sizes_not_milliseconds(
+    django_user_model: Any, project: Any
+) -> None:
+    from tenancy.models import Membership
+    from tests.conftest import person, signed_in_client
+
+    admin = signed_in_client(person(django_user_model, "ada", project, Membership.Role.ADMIN))
+    url = "/projects/acme/artifacts/retention/"
+    data = {"ttl_ms": "7 d", "max_ttl_ms": "30 d", "max_bytes_per_scope": "10 MB", "max_count_per_scope": ""}
+
+    assert admin.post(url, data).status_code == 302
+
+    project.artifact_store.refresh_from_db()
+    store = project.artifact_store
+    assert (store.ttl_ms, store.max_ttl_ms, store.max_bytes_per_scope) == (604_800_000, 2_592_000_000, 10 * 1024**2)
+    form = _page(admin, url)
+    assert 'value="7 d"' in form
+    assert 'value="10 MB"' in form
+    assert "(ms)" not in form
+    listing = _page(admin, "/projects/acme/artifacts/")
+    assert "kept 7 d 00 h" in listing
+    assert "604800000" not in listing
+
+    refused = admin.post(url, {**data, "ttl_ms": "7 weeks"})
+    assert refused.status_code == 422
+    assert "Write an amount with its unit" in refused.content.decode()
