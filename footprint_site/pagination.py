@@ -92,7 +92,12 @@ def _after(fields: list[tuple[str, bool]], after: Any) -> Q:
     for i, (name, descending) in enumerate(fields):
         same = {earlier: values[j] for j, (earlier, _) in enumerate(fields[:i])}
         condition |= Q(**same, **{f"{name}__{'lt' if descending else 'gt'}": values[i]})
-    return condition
+    if len(fields) == 1:
+        return condition
+    # The same rows, with a bound on the first field the planner can start an index scan at: an OR
+    # alone made it walk the index from the top and filter every row before the page.
+    first, descending = fields[0]
+    return Q(**{f"{first}__{'lte' if descending else 'gte'}": values[0]}) & condition
 
 
 def page_of(rows: Sequence[T], *, order: Order, limit: int) -> Page[T]:
