@@ -142,3 +142,19 @@ def test_back_restores_the_filter_form_with_the_rows(
     page.wait_for_url(re.compile(r"/$"))
     expect(rows).to_have_count(every_run)
     expect(form.locator("input[name=tool]")).to_have_value("")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_auditors_pages_fit_a_phone(
+    open_page: Callable[..., Any], paused_ask: Ask, auditor: Any, live_server: Any, scheme: str
+) -> None:
+    from playwright.sync_api import expect
+
+    SCREENSHOTS.mkdir(exist_ok=True)
+    run = f"/projects/acme/runs/{paused_ask.run_id}/"
+    page = open_page("alice", run, viewport=PHONE, color_scheme=scheme)
+    for name, path in (("run", run), ("run-tools", run + "tab/tools/"), ("runs", "/"), ("refusals", "/refusals/")):
+        page.goto(live_server.url + path)
+        expect(page.locator("h1")).to_be_visible()
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-phone-{scheme}.png"), full_page=True)
+        assert _fits_the_width(page), f"{path} scrolls sideways at 390 px"
