@@ -25,6 +25,8 @@ class _AmountField(forms.CharField):
         text = super().to_python(value)
         if not text:
             return None
+        if "\x00" in text:  # never echoed back into the page
+            raise forms.ValidationError("Null characters are not allowed.")
         try:
             return self.parse(text)
         except ValueError as exc:

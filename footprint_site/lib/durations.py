@@ -98,7 +98,7 @@ def _parse(text: str, units: dict[str, int], bare: int) -> int:
             raise ValueError(f"“{unit}” is not one of {', '.join(units)}")
         total += amount * (units[unit] if unit else bare)
         position = match.end()
-    if abs(total) >= 2**63:  # what PostgreSQL's bigint holds
+    if not abs(total) < 2**63:  # what PostgreSQL's bigint holds (and no infinity)
         raise ValueError("it is too large")
     return round(total)
 
