@@ -18,7 +18,7 @@ from artifacts.models import ArtifactHold, ArtifactStore, SweepRun
 from artifacts.refs import is_ref
 from footprint_site.lib.ids import is_run_id
 from footprint_site.login_redirects import login_required_returning_to
-from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
+from footprint_site.pages import HtmxHttpRequest, filtered_by, signed_in_user, varies_with_htmx, wants_partial
 from tenancy.models import Membership, Project
 from tenancy.selectors import project_get_for_user
 
@@ -68,6 +68,8 @@ def artifact_list(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
         "states": selectors.PAGE_STATES,
         "is_admin": role == Membership.Role.ADMIN,
         "next_cursor": page.next_cursor,
+        "filtered": filtered_by(request, filters) or state != "live",
+        "first_page": not request.GET.get("cursor"),
         # A sweep covers every project's store: its figures are the operators' (superusers), not
         # a project's members', who would read other tenants' activity in them.
         "sweeps": SweepRun.objects.order_by("-started_at")[:5] if signed_in_user(request).is_superuser else None,

@@ -1,5 +1,7 @@
 """Helpers shared by the human pages of every app."""
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.views.decorators.vary import vary_on_headers
@@ -15,6 +17,12 @@ def int_param(request: HttpRequest, name: str, default: int) -> int:
         return int(request.GET.get(name, default))
     except ValueError:
         return default
+
+
+def filtered_by(request: HttpRequest, names: Iterable[str]) -> bool:
+    """Whether the query string sets any of the filters `names`: an empty list then says that
+    nothing matches them (with a way to clear them), not that there is nothing at all."""
+    return any(request.GET.get(name, "").strip() for name in names)
 
 
 def wants_partial(request: HtmxHttpRequest) -> bool:

@@ -104,7 +104,7 @@ TEMPLATES = [
                 "ledger.context_processors.inbox",
                 "footprint_site.replicas.read_from",
             ],
-            "builtins": ["template_partials.templatetags.partials"],
+            "builtins": ["template_partials.templatetags.partials", "footprint_site.templatetags.people"],
         },
     },
 ]

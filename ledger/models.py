@@ -12,9 +12,9 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery, Value
 from django.db.models.fields.json import KeyTransform
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from footprint_site.lib.jsonb import JsonbDecoder
@@ -334,7 +334,11 @@ class Refusal(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="refusal_unique_seq")]
-        indexes = [models.Index(fields=["category"], name="refusal_by_category")]
+        indexes = [
+            models.Index(fields=["category"], name="refusal_by_category"),
+            # The refusal list's order, newest first in time (ledger.refusals.selectors.REFUSAL_TIME).
+            models.Index(Coalesce("wall_clock_ms", Value(-1)).desc(), F("id").desc(), name="refusal_by_time"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.category}: {self.reason}"
@@ -525,6 +529,7 @@ class WebhookDelivery(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "webhook deliveries"
         constraints = [models.UniqueConstraint(fields=["ask"], name="one_delivery_per_ask")]
         indexes = [
             models.Index(
@@ -615,6 +620,7 @@ class OtlpSpan(models.Model):
     received_at = models.DateTimeField(db_default=Now())
 
     class Meta:
+        verbose_name = "OTLP span"
         constraints = [
             models.UniqueConstraint(fields=["project", "trace_id", "span_id"], name="otlpspan_unique_span"),
             models.UniqueConstraint(fields=["project", "trace_id", "span_number"], name="otlpspan_unique_number"),
@@ -707,6 +713,9 @@ class LedgerRetention(models.Model):
     project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="ledger_retention")
     keep_days = models.IntegerField()
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "run retention"
 
     def __str__(self) -> str:
         return f"runs of {self.project_id} kept {self.keep_days} days"

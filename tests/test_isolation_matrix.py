@@ -513,6 +513,7 @@ PAGES: dict[str, PageCase] = {
         P("ledger:run-event", "GET", _record, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-dispatches", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-integrity", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
+        P("audits:run-bundle", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-integrity", "POST", _run, GONE, EVERY_ROLE, (AUDITOR, 302)),
         P("artifacts:artifact-list", "GET", _project, GONE, EVERY_ROLE, (AUDITOR, 200), f"{MARK}label"),
         P("artifacts:retention", "GET", _project, GONE, (ADMIN,), (ADMIN, 200), str(GLOBEX_COUNT_BUDGET)),

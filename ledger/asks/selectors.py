@@ -8,8 +8,9 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import OuterRef, Q, Subquery, TextField
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Left, Now
 
 from artifacts.models import Artifact
 from artifacts.selectors import ArtifactView, artifact_shown, artifacts_referenced, payload_preview
@@ -96,7 +97,117 @@ def ask_get_for_user(*, user: User | AnonymousUser, ask_id: int) -> tuple[Ask, s
 REF_IN_TEXT = re.compile(r"art_[A-Za-z0-9]{22}")
 
 
-PRECEDING_STEPS = 15
+# The tool calls shown before the one a person decides on, latest last, and how much of each
+# result: enough to recognise it, never a payload (a result may be megabytes).
+PRIOR_CALLS = 8
+RESULT_SUMMARY_CHARS = 240
+MODEL_MESSAGE_CHARS = 2000
+LLM_END = "agentfootprint.stream.llm_end"
+
+
+@dataclass(frozen=True)
+class PriorCall:
+    """A tool call the run made before the ask, with its arguments and result cut to a glance."""
+
+    tool_name: str | None
+    tool_call_id: str
+    failed: bool
+    args: str
+    result: str | None  # None while its end has not arrived
+
+    @staticmethod
+    def summary(text: str | None, limit: int) -> str | None:
+        if text is None:
+            return None
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:  # cut off mid-JSON by the query: shown as the text it is
+            value = None
+        shown = value if isinstance(value, str) else text
+        shown = " ".join(shown.split())
+        return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def _payload_text(seq_field: str, key: str, limit: int) -> Subquery:
+    """The first `limit` characters of one payload member of a call's start or end event, as JSON text."""
+    event = RunEvent.objects.filter(run_id=OuterRef("run_id"), seq=OuterRef(seq_field))
+    value = Left(Cast(KeyTransform(key, KeyTransform("payload", "doc")), TextField()), limit)
+    return Subquery(event.annotate(value=value).values("value")[:1], output_field=TextField())
+
+
+def _prior_calls(run: Run, before_seq: int) -> list[PriorCall]:
+    rows = (
+        ToolCall.objects.filter(run=run, start_seq__lt=before_seq)
+        .annotate(
+            args_text=_payload_text("start_seq", "args", RESULT_SUMMARY_CHARS * 2),
+            result_text=_payload_text("end_seq", "result", RESULT_SUMMARY_CHARS * 2),
+        )
+        .order_by("-start_seq")
+        .values_list("tool_name", "tool_call_id", "error", "args_text", "result_text")[:PRIOR_CALLS]
+    )
+    return [
+        PriorCall(
+            tool_name=name,
+            tool_call_id=call_id,
+            failed=bool(error),
+            args=PriorCall.summary(args, RESULT_SUMMARY_CHARS) or "",
+            result=PriorCall.summary(result, RESULT_SUMMARY_CHARS),
+        )
+        for name, call_id, error, args, result in rows
+    ][::-1]
+
+
+def _last_model_message(run: Run, before_seq: int) -> str | None:
+    """What the model last said before the ask (its latest `stream.llm_end` content)."""
+    content = Left(KeyTextTransform("content", KeyTransform("payload", "doc")), MODEL_MESSAGE_CHARS)
+    text = (
+        RunEvent.objects.filter(run=run, seq__lt=before_seq, type=LLM_END)
+        .order_by("-seq")
+        .annotate(content=content)
+        .values_list("content", flat=True)
+        .first()
+    )
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class AskOutcomes:
+    """What each answer does, in the page's words: what runs on approve, what the model reads on decline."""
+
+    approve: str
+    decline: str
+    runs_tool: bool  # approving runs the tool call with the arguments shown
+
+
+def ask_outcomes(*, ask: Ask, args: Any) -> AskOutcomes:
+    tool = ask.tool_name or "the tool"
+    call = f"call {ask.tool_call_id}"
+    if ask.kind == Ask.Kind.PLAIN:
+        return AskOutcomes(
+            approve=f"Your answer becomes the result of {tool} ({call}): the model reads it and carries on.",
+            decline="Until someone answers, the run waits (past a deadline it closes with no answer).",
+            runs_tool=False,
+        )
+    if ask.kind in APPROVING_DOES:
+        return AskOutcomes(
+            approve=f"Approving will {APPROVING_DOES[ask.kind]}; then {tool} ({call}) carries on.",
+            decline=f"Declining refuses it: {tool} does not go on, and the model reads the refusal.",
+            runs_tool=False,
+        )
+    with_args = " with the arguments below" if args is not None else ""
+    checked = "the remaining middleware checks it, then " if ask.kind == Ask.Kind.ASK else ""
+    return AskOutcomes(
+        approve=(
+            f"Approving runs {tool} ({call}){with_args}: {checked}the tool executes and the model reads its result."
+        ),
+        decline=(
+            f"Declining stops it: {tool} does not run, and the model reads “declined by human: <your note>” "
+            "as the tool's result (“declined by human” without a note)."
+        ),
+        runs_tool=True,
+    )
 
 
 def _refs_in(value: Any) -> list[str]:
@@ -145,14 +256,12 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
         args = state.get("pausedAskArgs") if isinstance(state, dict) else None
     if args is None:
         args = original_args
-    steps: list[RunEvent] = []
+    prior_calls: list[PriorCall] = []
+    last_model_message: str | None = None
     if run is not None:
         before = call.start_seq if call and call.start_seq is not None else run.max_seq + 1
-        steps = list(
-            RunEvent.objects.filter(run=run, seq__lt=before)
-            .order_by("-seq")
-            .only("seq", "type", "body")[:PRECEDING_STEPS]
-        )[::-1]
+        prior_calls = _prior_calls(run, before)
+        last_model_message = _last_model_message(run, before)
     component = ask.component if isinstance(ask.component, dict) else None
     refs = sorted({*_refs_in(args), *_refs_in(component)})
     referenced = artifacts_referenced(project=ask.project, refs=refs) if refs else []
@@ -171,7 +280,9 @@ def ask_context(*, ask: Ask) -> dict[str, Any]:
         "args": args,
         "original_args": original_args,
         "args_differ": original_args is not None and args is not None and args != original_args,
-        "steps": steps,
+        "prior_calls": prior_calls,
+        "last_model_message": last_model_message,
+        "outcomes": ask_outcomes(ask=ask, args=args),
         "artifacts": artifacts,
         "history": history,
         "component": component,

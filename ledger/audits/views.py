@@ -6,6 +6,7 @@ Any member of a project may verify a bundle against it; only its admins store wh
 
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
@@ -17,6 +18,8 @@ from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partia
 from footprint_site.replicas import reads_that_may_lag
 from ledger.audits import selectors
 from ledger.audits.services import audit_bundle_import
+from ledger.exceptions import RunNotFound
+from ledger.explorer import selectors as explorer_selectors
 from ledger.forms import AuditBundleUploadForm
 from tenancy import selectors as tenancy_selectors
 from tenancy.models import Membership
@@ -79,3 +82,22 @@ def bundle_detail(request: HtmxHttpRequest, bundle_id: int) -> HttpResponse:
     broken = selectors.audit_bundle_broken_record(body=bytes(bundle.body), verdict=verdict)
     context = {"bundle": bundle, "verdict": verdict, "broken": broken, "edited": edited}
     return render(request, "audits/bundle_detail.html", context)
+
+
+@require_GET
+@login_required
+def run_audit_bundle(request: HtmxHttpRequest, project_slug: str, run_id: str) -> HttpResponse:
+    """The run's audit bundle as a download for any member of its project (auditors first among
+    them): the selector and the JSON writer the API's export uses, so the bytes are the API's."""
+    try:
+        run = explorer_selectors.run_get_for_user(user=request.user, project_slug=project_slug, run_id=run_id)
+    except RunNotFound as exc:
+        raise Http404(exc.message) from None
+    response = HttpResponse(orjson.dumps(selectors.run_audit_bundle(run=run)), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{_download_name(run.run_id)}.audit.json"'
+    return response
+
+
+def _download_name(run_id: str) -> str:
+    """A run id as a file name: letters, digits, dots, dashes and underscores kept, the rest '_'."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in run_id)[:120] or "run"

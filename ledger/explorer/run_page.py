@@ -7,7 +7,7 @@ one tool call's steps) and walks an index; a payload is read only when a person 
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -18,9 +18,11 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from artifacts.kinds import default_result_tool
 from artifacts.models import Artifact
+from footprint_site.lib import durations
 from footprint_site.pagination import Page, keyset_page, keyset_pages, page_of
 from footprint_site.replicas import lagging_reads_alias
 from ledger.audits.integrity_selectors import integrity_check_latest
+from ledger.explorer import selectors
 from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
 from ledger.ingest.envelopes import OTLP_RUN_PREFIX
 from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
@@ -51,26 +53,42 @@ GIST_CHARS = 140
 
 @dataclass
 class TimelineRow:
-    seq: int
+    seq: int | None  # None for a record the server wrote (a person's decision)
     position: int
     type: str
     tool_call_id: str | None
     wall_clock_ms: int | None
     stage: str | None
     gist: str
+    run_start_ms: int | None = None  # the run's first event, which times are shown after
 
     @property
     def short_type(self) -> str:
         return self.type.removeprefix("agentfootprint.")
 
     @property
+    def by_server(self) -> bool:
+        return self.seq is None
+
+    @property
+    def moment(self) -> datetime | None:
+        return durations.moment_from_ms(self.wall_clock_ms) if self.wall_clock_ms is not None else None
+
+    @property
+    def absolute(self) -> str:
+        """The wall-clock moment in UTC, for the hover title (pages.js shows it in the reader's zone)."""
+        moment = self.moment
+        return durations.absolute_text(moment) if moment else ""
+
+    @property
     def time(self) -> str:
-        """Wall-clock time of day in UTC with milliseconds, formatted once here rather than by a
-        template filter per row (a page has a hundred)."""
+        """How long after the run's first event this one happened ('+4.2 s'), formatted once here
+        rather than by a template filter per row (a page has a hundred)."""
         if self.wall_clock_ms is None:
             return "—"
-        moment = datetime.fromtimestamp(self.wall_clock_ms / 1000, tz=UTC)
-        return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+        if self.run_start_ms is None:
+            return self.absolute
+        return durations.offset_text(timedelta(milliseconds=self.wall_clock_ms - self.run_start_ms))
 
 
 def _fields(gist: Any) -> dict[str, Any]:
@@ -107,19 +125,42 @@ _EVENTS_OF_TYPES_SQL = """
 """
 
 
-def _timeline_rows(sql: str, params: dict[str, Any]) -> list[TimelineRow]:
+# The server's own records on a timeline page (`selectors.run_server_records_following`), by position.
+_RECORDS_AT_SQL = """
+    SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
+           left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
+    FROM ledger_runevent e
+    WHERE e.run_id = %(run)s AND e.position = ANY(%(positions)s)
+"""
+
+
+def _timeline_rows(sql: str, params: dict[str, Any], run_start_ms: int | None = None) -> list[TimelineRow]:
     with connections[lagging_reads_alias()].cursor() as cur:
         cur.execute(sql, {**params, "gist_keys": list(GIST_KEYS)})
         return [
-            TimelineRow(seq, position, type_, call, wall, stage, _gist(gist))
+            TimelineRow(seq, position, type_, call, wall, stage, _gist(gist), run_start_ms)
             for seq, position, type_, call, wall, stage, gist in cur.fetchall()
         ]
 
 
+def _start_ms(run: Run) -> int | None:
+    return int(run.first_event_at.timestamp() * 1000) if run.first_event_at else None
+
+
 def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PAGE) -> Page[TimelineRow]:
-    """A page of events after `after_seq` in seq order (keyset on the run's seq index)."""
-    rows = _timeline_rows(_TIMELINE_SQL, {"run": run.pk, "after": after_seq, "limit": limit + 1})
-    return page_of(rows, order="seq", limit=limit)
+    """A page of events after `after_seq` in seq order (keyset on the run's seq index), with the
+    server's own records placed after the event each follows in the chain, so the page lists every
+    record the run's record count counts."""
+    start = _start_ms(run)
+    rows = _timeline_rows(_TIMELINE_SQL, {"run": run.pk, "after": after_seq, "limit": limit + 1}, start)
+    page = page_of(rows, order="seq", limit=limit)
+    follows = selectors.run_server_records_following(run=run, after_seq=after_seq, upto_seq=page.next_after)
+    if not follows:
+        return page
+    server = _timeline_rows(_RECORDS_AT_SQL, {"run": run.pk, "positions": list(follows)}, start)
+    keyed = [((row.seq if row.seq is not None else -1, 0, row.position), row) for row in page.items]
+    keyed += [((follows[row.position], 1, row.position), row) for row in server]
+    return Page([row for _, row in sorted(keyed, key=lambda pair: pair[0])], page.next_after)
 
 
 def run_event_get(*, run: Run, position: int) -> RunEvent | None:

@@ -132,6 +132,21 @@ WHERE e.run_id = %(run)s AND e.seq IS NULL
 """
 
 
+def run_server_records_following(*, run: Run, after_seq: int, upto_seq: int | None) -> dict[int, int]:
+    """The server's own records listed on a page of the run's events after `after_seq` (up to
+    `upto_seq`, the page's last, when another page follows): position → the seq of the agent's event
+    chained before it (-1 when none is, listed on the first page)."""
+    if run.chain_length == run.event_count:  # no server records: the common case asks nothing
+        return {}
+    with connections[lagging_reads_alias()].cursor() as cursor:
+        cursor.execute(_SERVER_RECORDS_SQL, {"run": run.pk})
+        return {
+            position: prior
+            for position, prior in cursor.fetchall()
+            if (prior > after_seq or (prior == -1 and after_seq < 0)) and (upto_seq is None or prior <= upto_seq)
+        }
+
+
 def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[RunEvent]:
     """A page of the run's records after `after_seq`, in seq order, with their stored body: the
     agent's events, and the server's own records (no seq; `meta.author` names the server), each
@@ -139,14 +154,7 @@ def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[
     counts. The page ends with an agent's event and the server's records that follow it."""
     fields = ("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")
     page = keyset_page(RunEvent.objects.filter(run=run).only(*fields), order="seq", after=after_seq, limit=limit)
-    with connections[lagging_reads_alias()].cursor() as cursor:
-        cursor.execute(_SERVER_RECORDS_SQL, {"run": run.pk})
-        follows = {
-            position: prior
-            for position, prior in cursor.fetchall()
-            if (prior > after_seq or (prior == -1 and after_seq < 0))
-            and (page.next_after is None or prior <= page.next_after)
-        }
+    follows = run_server_records_following(run=run, after_seq=after_seq, upto_seq=page.next_after)
     if not follows:
         return page
     server = RunEvent.objects.filter(run=run, position__in=follows).only(*fields)

@@ -10,6 +10,7 @@ from django.views.decorators.vary import vary_on_headers
 from footprint_site.pages import (
     HTMX_HEADERS,
     HtmxHttpRequest,
+    filtered_by,
     int_param,
     signed_in_user,
     varies_with_htmx,
@@ -42,7 +43,14 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         limit=RUNS_PER_PAGE,
     )
     template = "ledger/run_list.html" + ("#run-page" if wants_partial(request) else "")
-    return render(request, template, {"runs": page.items, "next_cursor": page.next_cursor, "form": form})
+    context = {
+        "runs": page.items,
+        "next_cursor": page.next_cursor,
+        "form": form,
+        "filtered": filtered_by(request, RunFilterForm.base_fields),
+        "first_page": not request.GET.get("cursor"),
+    }
+    return render(request, template, context)
 
 
 def _run_or_404(request: HttpRequest, project_slug: str, run_id: str) -> Run:

@@ -12,7 +12,8 @@ from typing import Any, TypedDict
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connections
-from django.db.models import BigIntegerField, Case, Count, Min, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models import BigIntegerField, Case, Count, F, Min, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce
 from django_stubs_ext import WithAnnotations
 
 from footprint_site.pagination import Page, keyset_page
@@ -24,6 +25,9 @@ from ledger.models import Ask, MiddlewareDecision, Refusal, Run, RunEvent, ToolC
 from tenancy.selectors import projects_for_user
 
 REPEAT_OFFENCES_SHOWN = 20
+# A refusal's place in time: its event's wall clock, or before every real one when it was sent
+# without one. The same expression as the index refusal_by_time (migration 0029), so the list walks it.
+REFUSAL_TIME = Coalesce(F("wall_clock_ms"), Value(-1))
 NEXT_EVENTS_SHOWN = 5
 DISPATCH_EVENTS_MAX = 200
 SUMMARY_CHARS = 140
@@ -88,9 +92,11 @@ def refusal_list(
     cursor: str | None = None,
     limit: int = 50,
 ) -> Page[Refusal]:
-    """A page of refusals of the user's projects, newest first, keyset-paged by id."""
-    refusals = _refusals_for(user, filters).select_related("run__project")
-    return keyset_page(refusals, order="-id", cursor=cursor, limit=limit)
+    """A page of refusals of the user's projects in time order, newest first: by the refusing
+    event's wall clock (those sent without one last), then newest stored first; keyset-paged on the
+    index refusal_by_time. Ids alone are the order batches arrived in, not the order things happened."""
+    refusals = _refusals_for(user, filters).select_related("run__project").annotate(when_ms=REFUSAL_TIME)
+    return keyset_page(refusals, order=("-when_ms", "-id"), cursor=cursor, limit=limit)
 
 
 @dataclass

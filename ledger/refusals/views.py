@@ -9,7 +9,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from footprint_site.pages import HtmxHttpRequest, varies_with_htmx, wants_partial
+from footprint_site.pages import HtmxHttpRequest, filtered_by, varies_with_htmx, wants_partial
 from footprint_site.replicas import reads_that_may_lag
 from ledger.exceptions import RefusalNotFound
 from ledger.forms import RefusalFilterForm
@@ -36,6 +36,8 @@ def refusal_list(request: HtmxHttpRequest) -> HttpResponse:
         "form": form,
         "categories": Refusal.Category.choices,
         "filters": {name: request.GET.get(name, "") for name in FILTER_FIELDS},
+        "filtered": filtered_by(request, FILTER_FIELDS),
+        "first_page": not request.GET.get("cursor"),
     }
     if wants_partial(request):
         # A paging request only needs the next rows; a filter submit swaps the whole results region.

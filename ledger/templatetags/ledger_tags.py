@@ -1,5 +1,4 @@
 import json
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -18,26 +17,9 @@ def pretty_json(body: str) -> str:
 
 
 @register.filter
-def duration(value: timedelta) -> str:
-    """'2 h 03 min', '4 min 05 s', '1.234 s'."""
-    seconds = value.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.3f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-@register.filter
 def pretty(value: Any) -> str:
     """Indented JSON text of a projected JSON value (args, results, before/after). Shown escaped."""
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
-
-
-@register.filter
-def from_ms(value: Any) -> datetime | None:
-    return datetime.fromtimestamp(value / 1000, tz=UTC) if isinstance(value, int | float) else None
 
 
 @register.filter

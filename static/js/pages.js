@@ -14,3 +14,34 @@ document.addEventListener("keydown", (event) => {
 document.addEventListener("htmx:beforeRequest", (event) => {
   if (document.hidden && event.detail.elt.closest("[data-poll-visible-only]")) event.preventDefault();
 });
+// Moments are rendered relative ("4 min ago") with the UTC time on hover; here the hover text is
+// rewritten in the reader's own time zone, on load and in every fragment htmx swaps in.
+const localTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "long" });
+function showLocalTimes(root) {
+  for (const element of root.querySelectorAll("time[data-when]")) {
+    const moment = new Date(element.getAttribute("datetime"));
+    if (!Number.isNaN(moment.getTime())) element.title = localTime.format(moment);
+  }
+}
+document.addEventListener("DOMContentLoaded", () => showLocalTimes(document));
+document.addEventListener("htmx:afterSwap", (event) => showLocalTimes(event.detail.elt.parentElement || document));
+// Back and Forward: htmx restores a filtered list from its history snapshot, which keeps the rows
+// but not what was typed into the filter form (typed values are not in the markup). The URL holds
+// the filters (hx-push-url), so the form is filled from it.
+function fillFiltersFromUrl() {
+  const params = new URLSearchParams(window.location.search);
+  for (const form of document.querySelectorAll("form[data-filters]")) {
+    for (const field of form.elements) {
+      if (!field.name || field.type === "submit" || field.type === "button") continue;
+      if (field.type === "checkbox" || field.type === "radio") {
+        field.checked = params.getAll(field.name).includes(field.value);
+      } else if (field.tagName === "SELECT" && !params.has(field.name)) {
+        field.selectedIndex = 0;
+      } else {
+        field.value = params.get(field.name) ?? "";
+      }
+    }
+  }
+}
+document.addEventListener("htmx:historyRestore", fillFiltersFromUrl);
+window.addEventListener("popstate", () => window.setTimeout(fillFiltersFromUrl));

@@ -333,7 +333,7 @@ def test_ask_page_shows_transformed_and_original_args_when_they_differ(
     assert _pre(page, "original-args") == {"from": "ACC-100", "to": "ACC-900", "amount": 2500, "currency": "euro"}
 
 
-def test_ask_page_lists_the_run_steps_and_earlier_decisions(
+def test_ask_page_shows_the_runs_last_words_and_earlier_calls_with_results(
     approver_client: Client, agent_client: ApiClient, project: Project
 ) -> None:
     earlier = _open(project, {**B_OUTCOME["pauseData"], "toolCallId": "t0"}, run_id="run-earlier")
@@ -342,11 +342,44 @@ def test_ask_page_lists_the_run_steps_and_earlier_decisions(
 
     page = _html(approver_client.get(f"/asks/{ask_id}/"))
 
-    assert "No events of this run were received." not in page
-    # the steps just before t3's stream.tool_start (seq 65): the model chose the tool at seq 64
-    assert '<code>agent.route_decided</code> <span class="muted">#64</span>' in page
-    assert '<code>stream.tool_start</code> <span class="muted">#65</span>' not in page
+    # what the model said just before it chose t3, and the two calls before t3 with their results
+    last_words = re.search(r'<div class="card last-model-message">(.*?)</div>', page, re.S)
+    assert last_words
+    assert "Now the large supplier payment." in last_words.group(1)
+    calls = re.findall(r'<li class="prior-call( failed)?">(.*?)</li>', page, re.S)
+    assert len(calls) == 2
+    assert "transfer_funds" in calls[0][1]
+    assert "ACC-200" in calls[0][1]
+    assert "transferred 40 EUR from ACC-100 to ACC-200 (ref TX-40)" in calls[0][1]
+    assert "account FROZEN-777 is frozen by compliance hold CH-19" in calls[1][1]
+    # the context is what happened, not a list of event type names
+    assert "agent.route_decided" not in page
+    assert "stream.tool_start" not in page
     assert "declined by bob: “no PO on file”" in page
+
+
+def test_ask_page_says_what_approving_and_declining_do(approver_client: Client, agent_client: ApiClient) -> None:
+    ask_id = _paused_b(agent_client)
+
+    page = _html(approver_client.get(f"/asks/{ask_id}/"))
+
+    approve = re.search(r'<p class="approving-does">(.*?)</p>', page, re.S)
+    assert approve
+    assert "Approving runs transfer_funds (call t3) with the arguments below" in approve.group(1)
+    assert _pre(page, "args") == {"from": "ACC-100", "to": "ACC-900", "amount": 2500, "currency": "EUR"}
+    decline = re.search(r'<p class="declining-does">(.*?)</p>', page, re.S)
+    assert decline
+    assert "transfer_funds does not run" in decline.group(1)
+    assert "declined by human: &lt;your note&gt;" in decline.group(1)
+
+
+def test_ask_page_of_a_plain_question_says_the_answer_is_the_result(approver_client: Client, project: Project) -> None:
+    ask = _plain(project)
+
+    page = _html(approver_client.get(f"/asks/{ask.pk}/"))
+
+    assert "Your answer becomes the result of ask_user (call q1)" in page
+    assert "Nothing yet: no model answer of this run was received before the ask." in page
 
 
 # Deciding on the page

@@ -114,7 +114,7 @@ def test_refusal_list_outsider_shows_no_rows(outsider_client: Client, all_fixtur
     html = _html(outsider_client.get(LIST_URL))
     assert _row_ids(html) == []
     assert CATEGORY_COUNT.findall(html) == []
-    assert "No refusals match." in html
+    assert "No refusals yet." in html
     assert "frozen-accounts" not in html
     assert "render_chart" not in html
 
