@@ -33,8 +33,10 @@ e AS MATERIALIZED (
     FROM w JOIN ledger_run r ON r.id = w.run_id
     JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
 ),
+-- Refusals in the minute their event says they happened, as the refusals page filters them.
 refused AS (
-    SELECT e.project_id, e.minute, f.category, f.rule, f.tool_name
+    SELECT e.project_id, coalesce(date_trunc('minute', to_timestamp(f.wall_clock_ms / 1000.0)), e.minute) AS minute,
+        f.category, f.rule, f.tool_name
     FROM e JOIN ledger_refusal f ON f.run_id = e.run_id AND f.seq = e.seq
 ),
 counted (project_id, minute, kind, key) AS (
