@@ -18,6 +18,7 @@ from ledger.overview.selectors import Overview
 WIDTH = 600  # the SVG's own units; it is scaled to the page's width
 HEIGHT = 140
 GAP = 0.2  # of a column's width, between columns
+MAX_BAR = 40  # a few days' columns stay columns, not blocks
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class ColumnChart:
         if not self.top:
             return
         column = WIDTH / len(self.buckets)
+        bar = min(column * (1 - GAP), MAX_BAR)
         for i, start in enumerate(self.buckets):
             end = start + self.step
             stacked = 0
@@ -90,9 +92,9 @@ class ColumnChart:
                 y = HEIGHT - (stacked + count) / self.top * HEIGHT
                 self.marks.append(
                     Mark(
-                        x=round(i * column + column * GAP / 2, 2),
+                        x=round(i * column + (column - bar) / 2, 2),
                         y=round(y, 2),
-                        width=round(column * (1 - GAP), 2),
+                        width=round(bar, 2),
                         height=round(max(height, 1.0), 2),
                         css=series.css,
                         link=series.link(start, end),
