@@ -67,6 +67,7 @@ bench: compile
 	$(BIN)/python bench/asks.py
 	$(BIN)/python bench/otlp.py
 	$(BIN)/python bench/explorer.py
+	$(BIN)/python bench/dashboard.py
 
 # SOAK_MINUTES (30) of steady mixed load on gunicorn + Celery worker + beat, real PostgreSQL and
 # Redis; fails on errors, memory growth or any mismatch with the database. Then the API fuzz with
