@@ -69,6 +69,7 @@ bench: compile
 	$(BIN)/python bench/explorer.py
 	$(BIN)/python bench/retention.py
 	$(BIN)/python bench/refusal_order.py
+	$(BIN)/python bench/dashboard.py
 
 # SOAK_MINUTES (30) of steady mixed load on gunicorn + Celery worker + beat, real PostgreSQL and
 # Redis; fails on errors, memory growth or any mismatch with the database. Then the API fuzz with

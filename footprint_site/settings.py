@@ -253,6 +253,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "search-index": _every(
         env.float("FOOTPRINT_SEARCH_INDEX_EVERY_SECONDS", default=5.0), "ledger.tasks.search_index_pending"
     ),
+    # The overview's figures are at most this old, plus one pass (docs/operations.md).
+    "rollups": _every(env.float("FOOTPRINT_ROLLUPS_EVERY_SECONDS", default=20.0), "ledger.tasks.rollups_fold_pending"),
     "chain-anchors": _every(
         env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0), "ledger.tasks.chain_anchors_write"
     ),

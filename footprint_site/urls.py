@@ -15,6 +15,7 @@ urlpatterns = [
     path("v1/traces", errors.method_errors(otlp_views.export_traces), name="otlp-traces"),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("ledger.overview.urls")),
     path("", include("ledger.explorer.urls")),
     path("", include("artifacts.urls")),
     path("", include("ledger.asks.urls")),

@@ -8,6 +8,7 @@ from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
 from ledger.models import LedgerRetention, Refusal, Run
+from ledger.overview.selectors import DEFAULT_WINDOW, WINDOWS, Window
 from ledger.refusals import selectors as refusal_selectors
 from tenancy.models import Project
 
@@ -86,6 +87,25 @@ class RunFilterForm(forms.Form):
             has_open_asks=bool(data.get("has_open_asks")),
             text=data.get("q") or None,
         )
+
+
+class OverviewForm(forms.Form):
+    """The overview's query string: the window shown and, optionally, one project. A window that
+    does not parse is reported and the default shown, never a 400."""
+
+    window = forms.ChoiceField(
+        required=False, choices=[(window.name, window.label) for window in WINDOWS.values()], label="Window"
+    )
+    project = forms.SlugField(required=False, label="Project")
+
+    def chosen_window(self) -> Window:
+        self.is_valid()
+        name = getattr(self, "cleaned_data", {}).get("window") if "window" not in self.errors else None
+        return WINDOWS[name or DEFAULT_WINDOW]
+
+    def project_slug(self) -> str | None:
+        self.is_valid()
+        return None if "project" in self.errors else (self.cleaned_data.get("project") or None)
 
 
 class AuditBundleUploadForm(forms.Form):

@@ -69,6 +69,9 @@ class Run(models.Model):
     # run resuming it (a resume carries the ledger on). Decisions projected after it (a late
     # batch) gain the before/after values the snapshot holds.
     has_recording = models.BooleanField(db_default=False)
+    # Records [0, rolled_up) are counted in the overview's rollups (ActivityCount, AgentDayUsage);
+    # the worker folds the rest in the background, as the search index does.
+    rolled_up = models.IntegerField(db_default=0)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -81,6 +84,11 @@ class Run(models.Model):
                 fields=["id"],
                 name="run_search_pending",
                 condition=models.Q(chain_length__gt=models.F("search_indexed")),
+            ),
+            models.Index(
+                fields=["id"],
+                name="run_rollup_pending",
+                condition=models.Q(chain_length__gt=models.F("rolled_up")),
             ),
         ]
 
@@ -463,6 +471,11 @@ class Ask(models.Model):
                 name="ask_handoff_waiting",
                 condition=models.Q(kind__in=["takeover", "credential"], status__in=["open", "superseded"]),
             ),
+            # The overview's asks over a window: those opened in it, those decided in it.
+            models.Index(fields=["project", "created_at"], name="ask_by_opening"),
+            models.Index(
+                fields=["project", "decided_at"], name="ask_by_decision", condition=models.Q(decided_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -762,3 +775,67 @@ class RunTombstone(models.Model):
 
     def __str__(self) -> str:
         return f"tombstone of {self.run_id}"
+
+
+class ActivityCount(models.Model):
+    """How many things of a kind happened in a project in one minute: the overview's counters.
+
+    Folded from stored records by the worker (ledger.overview.services.rollups_fold_pending), so the
+    overview reads a window's minutes, never the events behind them. `key` says which thing of the
+    kind (a status, a category, a tool); empty when the kind has one.
+    """
+
+    class Kind(models.TextChoices):
+        EVENTS = "events", "events stored"
+        RUN_STARTED = "run-started", "runs started"
+        RUN_ENDED = "run-ended", "runs ended"  # key: the status the ending moved the run to
+        REFUSAL_CATEGORY = "refusal-category", "refusals by category"
+        REFUSAL_RULE = "refusal-rule", "refusals by rule"
+        TOOL_ERROR = "tool-error", "tool calls that failed"
+        TOOL_REFUSAL = "tool-refusal", "refusals of a tool"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    minute = models.DateTimeField()
+    kind = models.CharField(max_length=24, choices=Kind.choices)
+    key = models.TextField(default="", blank=True)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Also the window's index: a project's minutes from `since` on.
+        constraints = [
+            models.UniqueConstraint(fields=["project", "minute", "kind", "key"], name="activity_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} at {self.minute:%Y-%m-%d %H:%M}: {self.count}"
+
+
+class AgentDayUsage(models.Model):
+    """Tokens and cost an agent reported in a project on one day (UTC), folded like ActivityCount.
+
+    Tokens are the `usage` of each `stream.llm_end`; cost is what each run's cumulative
+    `cost.tick` estimate grew by, counted on the day it grew."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    day = models.DateField()
+    agent = models.TextField(default="", blank=True)  # the run's agentId; empty when none was configured
+    tokens_in = models.BigIntegerField(default=0)
+    tokens_out = models.BigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "day", "agent"], name="agent_day_usage_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.agent or '(no agent id)'} on {self.day}"
+
+
+class RollupRunCost(models.Model):
+    """The part of a run's cumulative cost estimate the rollups have counted, so the next fold
+    counts only what it grew by. Only runs that report cost have one."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    cost_usd = models.FloatField()
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.cost_usd}"

@@ -9,6 +9,7 @@ from ledger.asks import services as asks
 from ledger.asks import webhooks
 from ledger.audits import integrity
 from ledger.explorer import search
+from ledger.overview import services as overview
 from ledger.retention import services as retention
 
 
@@ -58,3 +59,8 @@ def search_index_pending() -> int:
 @shared_task(acks_late=True)
 def runs_retention_pass() -> int:
     return retention.runs_retention_pass().removed
+
+
+@shared_task(acks_late=True)
+def rollups_fold_pending() -> int:
+    return overview.rollups_fold_pending().records

@@ -1618,7 +1618,7 @@ def test_pages_drop_bad_query_values(auditor_client, approver_client, two_runs, 
     artifacts = f"/projects/{project.slug}/artifacts/?"
     cases = {
         **{
-            f"run-list-{q}": (auditor_client, f"/?{q}")
+            f"run-list-{q}": (auditor_client, f"/runs/?{q}")
             for q in (
                 "cursor=!!!",
                 f"cursor={b64_big}",

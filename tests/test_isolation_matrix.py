@@ -428,7 +428,8 @@ class PageCase:
     control: tuple[str, int]  # the globex role asked last, and its status (it may write)
     shows: str | None = None  # what that member must find on the page
     data: Callable[[Target], dict[str, Any]] | None = None  # the form posted
-    query: dict[str, str] | None = None
+    # The query string: fixed, or a project's own (its slug in the query, as the overview's selector)
+    query: dict[str, str] | Callable[[Target], dict[str, str]] | None = None
     others: int = 403  # what globex's other roles get (always without writing anything)
     # A POST-only page sends a signed-out caller to sign in and then to the object's page (url
     # name, reverse() kwargs), since a GET of the POST-only URL would be a 405; others to itself.
@@ -437,12 +438,20 @@ class PageCase:
     def call(self, target: Target) -> Call:
         path = reverse(self.name, kwargs=self.kwargs(target))
         if self.method == "GET":
-            return Call("GET", path, query=self.query or {})
+            return Call("GET", path, query=(self.query(target) if callable(self.query) else self.query) or {})
         return form_call(self.method, path, self.data(target) if self.data else None)
 
 
 def _no_kwargs(t: Target) -> dict[str, Any]:
     return {}
+
+
+def _in_project(t: Target) -> dict[str, str]:
+    return {"project": t.project}
+
+
+def _query_name(query: dict[str, str] | Callable[[Target], dict[str, str]]) -> str:
+    return "project=<its own>" if callable(query) else urlencode(query)
 
 
 def _run(t: Target) -> dict[str, Any]:
@@ -496,14 +505,16 @@ RETENTION = {"ttl_ms": "", "max_ttl_ms": "60000", "max_bytes_per_scope": "", "ma
 EVERY_ROLE = tuple(Membership.Role.values)  # every member of the project may
 LIST = 200  # a list of the caller's own projects: answered, without another project's rows
 GONE = 404  # one object of another project: answered exactly as an object that never existed
-GLOBEX_ONLY = {"project": "globex"}  # the run list's project filter
+GLOBEX_ONLY = {"project": "globex"}  # the run list's and the overview's project filter
 P = PageCase
 
 # P(url name, method, reverse() kwargs, acme's admin gets, roles that may, (control role, status),
 #   what the control sees, form posted, query, what globex's other roles get)
 PAGES: dict[str, PageCase] = {
-    f"{case.method} {case.name}" + (f" ?{urlencode(case.query)}" if case.query else ""): case
+    f"{case.method} {case.name}" + (f" ?{_query_name(case.query)}" if case.query else ""): case
     for case in (
+        P("overview:overview", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), 'value="globex"'),
+        P("overview:overview", "GET", _no_kwargs, GONE, EVERY_ROLE, (AUDITOR, 200), "Runs started", query=_in_project),
         P("ledger:run-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), GLOBEX_RUN),
         P("ledger:run-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), GLOBEX_RUN, query=GLOBEX_ONLY),
         P("ledger:project-anchors", "GET", _project, GONE, EVERY_ROLE, (AUDITOR, 200), "Chain anchors of globex"),

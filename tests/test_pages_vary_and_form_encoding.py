@@ -55,7 +55,7 @@ def test_integrity_panel_varies_on_hx_request(auditor_client: Client, project: P
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "{run}/", "{run}/events/", "{run}/tool-calls/", "{run}/integrity/", "/inbox/", "/refusals/",
+    ["/", "/runs/", "{run}/", "{run}/events/", "{run}/tool-calls/", "{run}/integrity/", "/inbox/", "/refusals/",
      "/audit-bundles/", "{project}/artifacts/"],
 )  # fmt: skip
 def test_pages_with_a_partial_vary_on_the_history_restore_header_too(

@@ -7,7 +7,7 @@ app_name = "ledger"
 RUN = "projects/<slug:project_slug>/runs/<str:run_id>/"
 
 urlpatterns = [
-    path("", views.run_list, name="run-list"),
+    path("runs/", views.run_list, name="run-list"),
     path("projects/<slug:project_slug>/anchors/", views.project_anchors, name="project-anchors"),
     path(RUN, views.run_detail, name="run-detail"),
     path(RUN + "tab/<slug:tab>/", views.run_detail, name="run-tab"),

@@ -74,7 +74,7 @@ def test_search_a_run_and_trace_a_refusal_back_to_it(
     ingest(base, agent_secret, "a-run-recording/events.json")
     ingest(base, agent_secret, "b-middleware/events-declined.json")
     page = new_page()
-    sign_in(page, base, "alice")
+    sign_in(page, base, "alice", "/runs/")
     expect(page.locator("tr.run-row", has_text=RECORDING_RUN)).to_be_visible()
     page.evaluate("window.__notReloaded = true")
 

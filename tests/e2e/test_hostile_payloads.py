@@ -306,7 +306,7 @@ def test_run_list_run_page_tabs_and_drawer_show_markup_as_text(
     from playwright.sync_api import expect
 
     base = hostile["base"]
-    page, watch = _open(new_page, base, "/")
+    page, watch = _open(new_page, base, "/runs/")
     row = page.locator("tr.run-row").filter(has_text=RUN_ID)
     expect(row).to_have_count(1)
     expect(row).to_contain_text(SESSION_ID)

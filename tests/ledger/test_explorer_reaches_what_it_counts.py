@@ -287,6 +287,6 @@ def test_run_list_filter_by_a_long_agent_id_shows_only_that_agents_runs(
     _ingest(agent_client, [_event("run-long-agent", 0, "agent.run_configured", {"agentId": agent})])
     _ingest(agent_client, [_event("run-other-agent", 0, "agent.run_configured", {"agentId": "other"})])
     assert Run.objects.get(run_id="run-long-agent").agent_id == agent
-    html = _html(auditor_client.get("/", {"agent": agent}))
+    html = _html(auditor_client.get("/runs/", {"agent": agent}))
     assert "run-long-agent" in html
     assert "run-other-agent" not in html

@@ -88,6 +88,6 @@ def test_the_run_the_events_and_the_chain_count_the_same_records(agent_client, a
     assert shown is not None, page[:2000]
     assert [int(n) for n in shown.groups()] == [records, decided_run.event_count, 1]
     assert f"({records} records;" in page
-    listing = auditor_client.get("/").content.decode()
+    listing = auditor_client.get("/runs/").content.decode()
     row = listing[listing.index(B_RUN) :]
     assert re.search(rf"<td>{records}(<| )", row), row[:1500]

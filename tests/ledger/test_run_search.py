@@ -57,7 +57,7 @@ def test_filters_by_open_asks(agent_client, project, runs):
 
 
 def test_run_list_page_keeps_filters_in_the_url_and_searches(auditor_client, runs):
-    html = auditor_client.get("/?q=ACC-900").content.decode()
+    html = auditor_client.get("/runs/?q=ACC-900").content.decode()
     assert runs["b-middleware"] in html
     assert runs["a-run-recording"] not in html
     assert 'value="ACC-900"' in html

@@ -66,7 +66,7 @@ def test_run_search_of_another_project_still_answers_when_one_event_has_over_1mb
     api = other_agent_client.get("/api/v1/runs?q=needle")
     assert api.status_code == 200, api.content[:300]
     assert [r["runId"] for r in api.json()["runs"]] == ["their-run"]
-    page = outsider_client.get("/?q=needle")
+    page = outsider_client.get("/runs/?q=needle")
     assert page.status_code == 200
     assert "their-run" in page.content.decode()
 

@@ -76,7 +76,7 @@ def big_run(agent_client: Any) -> str:
 # Anonymous visitors
 
 
-@pytest.mark.parametrize("path", ["/", _run_url("run-a"), _run_url("run-a") + "events/?after_seq=1"])
+@pytest.mark.parametrize("path", ["/", "/runs/", _run_url("run-a"), _run_url("run-a") + "events/?after_seq=1"])
 def test_pages_anonymous_redirect_to_login(client: Client, run_id: str, path: str) -> None:
     response = client.get(path)
     assert response.status_code == 302
@@ -101,7 +101,7 @@ def test_run_detail_outsider_gets_404_under_own_project_slug(outsider_client: Cl
 
 def test_run_list_outsider_does_not_show_run(outsider_client: Client, run_id: str, other_agent_client: Any) -> None:
     _ingest(other_agent_client, [_event("run-globex", 0, "agent.turn_start")])
-    html = _html(outsider_client.get("/"))
+    html = _html(outsider_client.get("/runs/"))
     assert _run_ids(html) == ["run-globex"]
     assert run_id not in html
 
@@ -115,7 +115,7 @@ def test_run_list_auditor_shows_run(
     for n in range(5):  # more runs must not mean more queries
         _ingest(agent_client, [_event(f"run-extra-{n}", 0, "agent.turn_start")])
     with django_assert_max_num_queries(MAX_QUERIES):
-        html = _html(auditor_client.get("/"))
+        html = _html(auditor_client.get("/runs/"))
     assert "<html" in html
     assert _run_ids(html) == [f"run-extra-{n}" for n in reversed(range(5))] + [run_id]
     assert f'href="{_run_url(run_id)}"' in html
@@ -124,7 +124,7 @@ def test_run_list_auditor_shows_run(
 
 
 def test_run_list_auditor_empty(auditor_client: Client) -> None:
-    html = _html(auditor_client.get("/"))
+    html = _html(auditor_client.get("/runs/"))
     assert _run_ids(html) == []
     assert "No runs yet" in html
 
@@ -178,7 +178,7 @@ def test_run_events_query_count_does_not_grow_with_events(
 
 
 def test_run_list_htmx_renders_only_rows(auditor_client: Client, run_id: str) -> None:
-    response = auditor_client.get("/", headers={"HX-Request": "true"})
+    response = auditor_client.get("/runs/", headers={"HX-Request": "true"})
     html = _html(response)
     assert "<html" not in html
     assert "<table" not in html
@@ -269,7 +269,7 @@ def test_run_detail_escapes_event_payload(auditor_client: Client, agent_client: 
 
 def test_run_list_escapes_session(auditor_client: Client, agent_client: Any) -> None:
     _ingest(agent_client, [_event("run-xss", 0, "agent.turn_start", sessionId=SCRIPT)])
-    html = _html(auditor_client.get("/"))
+    html = _html(auditor_client.get("/runs/"))
     assert SCRIPT not in html
     assert ESCAPED_SCRIPT in html
 
@@ -292,38 +292,38 @@ def mixed_runs(agent_client: Any) -> None:
 
 
 def test_run_list_filters_by_status(auditor_client: Client, mixed_runs: None) -> None:
-    assert _run_ids(_html(auditor_client.get("/?status=completed"))) == ["run-done"]
-    assert sorted(_run_ids(_html(auditor_client.get("/?status=running")))) == ["run-busy", "run-other"]
-    assert _run_ids(_html(auditor_client.get("/?status=failed"))) == []
+    assert _run_ids(_html(auditor_client.get("/runs/?status=completed"))) == ["run-done"]
+    assert sorted(_run_ids(_html(auditor_client.get("/runs/?status=running")))) == ["run-busy", "run-other"]
+    assert _run_ids(_html(auditor_client.get("/runs/?status=failed"))) == []
 
 
 def test_run_list_filter_marks_selected_status(auditor_client: Client, mixed_runs: None) -> None:
-    html = _html(auditor_client.get("/?status=completed"))
+    html = _html(auditor_client.get("/runs/?status=completed"))
     assert '<option value="completed" selected>' in html
 
 
 def test_run_list_ignores_unknown_status(auditor_client: Client, mixed_runs: None) -> None:
-    assert len(_run_ids(_html(auditor_client.get("/?status=bogus")))) == 3
+    assert len(_run_ids(_html(auditor_client.get("/runs/?status=bogus")))) == 3
 
 
 def test_run_list_filters_by_session(auditor_client: Client, mixed_runs: None) -> None:
-    assert sorted(_run_ids(_html(auditor_client.get("/?session=s-1")))) == ["run-busy", "run-done"]
-    assert _run_ids(_html(auditor_client.get("/?session=s-2"))) == ["run-other"]
-    assert _run_ids(_html(auditor_client.get("/?session=nope"))) == []
+    assert sorted(_run_ids(_html(auditor_client.get("/runs/?session=s-1")))) == ["run-busy", "run-done"]
+    assert _run_ids(_html(auditor_client.get("/runs/?session=s-2"))) == ["run-other"]
+    assert _run_ids(_html(auditor_client.get("/runs/?session=nope"))) == []
 
 
 def test_run_list_filters_by_status_and_session_htmx(auditor_client: Client, mixed_runs: None) -> None:
-    html = _html(auditor_client.get("/?session=s-1&status=running", headers={"HX-Request": "true"}))
+    html = _html(auditor_client.get("/runs/?session=s-1&status=running", headers={"HX-Request": "true"}))
     assert "<html" not in html
     assert _run_ids(html) == ["run-busy"]
 
 
 def test_run_list_pages_runs(auditor_client: Client, agent_client: Any) -> None:
     _ingest(agent_client, [_event(f"run-{n:02}", 0, "agent.turn_start") for n in range(55)])
-    first = _html(auditor_client.get("/"))
+    first = _html(auditor_client.get("/runs/"))
     assert _run_ids(first) == [f"run-{n:02}" for n in reversed(range(5, 55))]
     (href,) = re.findall(r'<a href="(\?cursor=[^"]*)"', first)
-    second = _html(auditor_client.get("/" + href.replace("&amp;", "&"), headers={"HX-Request": "true"}))
+    second = _html(auditor_client.get("/runs/" + href.replace("&amp;", "&"), headers={"HX-Request": "true"}))
     assert _run_ids(second) == [f"run-{n:02}" for n in reversed(range(5))]
     assert "Older runs" not in second
 
@@ -355,7 +355,7 @@ def test_login_with_password_signs_in(auditor: Any, run_id: str) -> None:
     )
     assert response.status_code == 302
     assert response["Location"] == "/"
-    html = _html(client.get("/"))
+    html = _html(client.get("/runs/"))
     assert "Sign out alice" in html
     assert _run_ids(html) == [run_id]
 

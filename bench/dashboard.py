@@ -1,0 +1,276 @@
+"""bench/dashboard.py: the pages people open first, timed as the ledger grows.
+
+The overview (`overview_figures()`): server time of GET `overview:overview` (the signed-in home)
+in-process (Django's test Client, production settings, a person who is a member of every project),
+for each window (last hour, day, week, 30 days) across the person's PROJECTS projects and for one
+of them, with 1 million and then 10 million events in the ledger. The events are in
+`ledger_runevent` (lean rows, as the rollups see them: what matters is the table's size) and the
+overview's rollups are what the worker's fold would have written from them, with every run's
+`rolled_up` mark at its end; both are written with SQL generate_series, since ingesting 10 million
+events through the API would time ingestion, not the page. The 10 million are the same HISTORY_DAYS
+of history, ten times as busy: a page whose cost followed the ledger would take ten times longer.
+
+Baseline: the sign-in page (a template render, no ledger read) in the same process and rounds.
+Requests are repeated BENCH_REQUESTS times (default 50) round-robin over the cases, so machine
+noise lands on all of them alike; figures are p50/p90 wall time, the ratio to the baseline, and
+the ratio of 10 million to 1 million (a cost that does not follow the ledger is near 1). Nothing
+asserts on time; every timed answer's status and its charts are checked.
+
+The database (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/footprint_bench_dashboard;
+its name must contain 'bench') is dropped, created and migrated here. Writes
+bench/results/dashboard.json.
+
+`main()` runs the overview's figures, then the run waterfall's from bench/dashboard_waterfall.py
+(`waterfall_figures()`) when that module is in the tree.
+"""
+
+import importlib.util
+import json
+import os
+import secrets
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ["DATABASE_URL"] = (
+    os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/footprint_bench_dashboard"
+)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "footprint_site.settings")
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+os.environ["DJANGO_DEBUG"] = "0"
+os.environ["DJANGO_HTTPS"] = "0"
+
+import common  # bench/common.py
+import django
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
+
+REQUESTS = int(os.environ.get("BENCH_REQUESTS", "50"))
+WARMUP = 3
+SIZES = (1_000_000, 10_000_000)
+PROJECTS = 10
+EVENTS_PER_RUN = 100
+HISTORY_DAYS = 35
+AGENTS = 5
+USER = "bench-overview"
+WINDOWS = ("hour", "day", "week", "30d")
+
+# Runs spread evenly over the history (the smaller ledger's are every tenth of the larger's), each
+# with EVENTS_PER_RUN events stored within its first minute; one run in seven refused (a middleware
+# rule, a tool), one in thirteen with a failed call.
+_RUNS = """
+INSERT INTO ledger_run (project_id, run_id, agent_id, composition_path, source, status, status_seq,
+    first_event_at, last_event_at, tokens_in, tokens_out, iterations, tool_call_count, refusal_count,
+    event_count, max_seq, chain_length, head_hash, rolled_up)
+SELECT p.ids[1 + g %% %(projects)s], 'bench-' || g, 'agent-' || (g %% %(agents)s), '[]', 'events',
+    CASE WHEN g %% 13 = 5 THEN 'failed' ELSE 'completed' END, %(per_run)s - 1,
+    at, at + interval '50 seconds', 900, 100, 3, 2, (g %% 7 = 3)::int,
+    %(per_run)s, %(per_run)s - 1, %(per_run)s, '\\x00'::bytea, %(per_run)s
+FROM generate_series(0, %(total)s - 1) AS g,
+    LATERAL (SELECT date_trunc('minute', now() - %(history)s::interval * (1 - g::float8 / %(total)s))
+        + (g %% 60) * interval '1 second' AS at) AS t,
+    (SELECT array_agg(id ORDER BY id) AS ids FROM ledger_project WHERE slug LIKE 'bench-%%') AS p
+WHERE (g %% %(every)s = 0) = %(first_size)s
+"""
+_EVENTS = """
+INSERT INTO ledger_runevent (run_id, seq, position, type, wall_clock_ms, body, doc, prev_hash, hash, received_at)
+SELECT r.id, n, n, 'agentfootprint.stream.llm_end', (extract(epoch FROM r.first_event_at) * 1000)::bigint + n * 500,
+    '{}', '{}'::jsonb, '\\x00'::bytea, '\\x00'::bytea, r.first_event_at + n * interval '0.5 seconds'
+FROM ledger_run r, generate_series(0, %(per_run)s - 1) AS n
+WHERE r.run_id LIKE 'bench-%%' AND r.id > %(after)s
+"""
+# What the fold writes for those runs (ledger.overview.services), grouped as it groups them.
+_ACTIVITY = """
+INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
+SELECT project_id, minute, kind, key, count(*) * weight FROM (
+    SELECT r.project_id, date_trunc('minute', r.first_event_at) AS minute, kind, key, weight
+    FROM ledger_run r,
+    LATERAL (VALUES ('events', '', %(per_run)s), ('run-started', '', 1), ('run-ended', r.status, 1))
+        AS k(kind, key, weight)
+    WHERE r.id > %(after)s AND r.run_id LIKE 'bench-%%'
+    UNION ALL
+    SELECT r.project_id, date_trunc('minute', r.first_event_at), kind, key, 1
+    FROM ledger_run r,
+    LATERAL (VALUES ('refusal-category', 'middleware'), ('refusal-rule', 'rule-' || (r.id %% 7)),
+        ('tool-refusal', 'tool-' || (r.id %% 13))) AS k(kind, key)
+    WHERE r.id > %(after)s AND r.run_id LIKE 'bench-%%' AND r.refusal_count > 0
+    UNION ALL
+    SELECT r.project_id, date_trunc('minute', r.first_event_at), 'tool-error', 'tool-' || (r.id %% 11), 1
+    FROM ledger_run r WHERE r.id > %(after)s AND r.run_id LIKE 'bench-%%' AND r.status = 'failed'
+) AS counted
+GROUP BY project_id, minute, kind, key, weight
+ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
+"""
+_USAGE = """
+INSERT INTO ledger_agentdayusage (project_id, day, agent, tokens_in, tokens_out, cost_usd)
+SELECT project_id, (first_event_at AT TIME ZONE 'UTC')::date, agent_id, sum(tokens_in), sum(tokens_out), count(*) * 0.01
+FROM ledger_run WHERE id > %(after)s AND run_id LIKE 'bench-%%'
+GROUP BY 1, 2, 3
+ON CONFLICT (project_id, day, agent) DO UPDATE SET
+    tokens_in = ledger_agentdayusage.tokens_in + EXCLUDED.tokens_in,
+    tokens_out = ledger_agentdayusage.tokens_out + EXCLUDED.tokens_out,
+    cost_usd = ledger_agentdayusage.cost_usd + EXCLUDED.cost_usd
+"""
+# One ask per 50 runs, decided by a person within minutes (or by its deadline, one in five).
+_ASKS = """
+INSERT INTO ledger_ask (project_id, run_id, tool_call_id, tool_name, kind, pause_data, on_timeout, status,
+    created_at, decided_at, decided_via, approved, pause_reported, opened_from_event, answered)
+SELECT r.project_id, r.run_id, 'call-1', 'tool-1', 'consent', '{}', 'decline', 'decided',
+    r.first_event_at, r.first_event_at + (r.id %% 600) * interval '1 second',
+    CASE WHEN r.id %% 5 = 0 THEN 'deadline' ELSE 'page' END, r.id %% 5 <> 0, false, true, false
+FROM ledger_run r WHERE r.id > %(after)s AND r.run_id LIKE 'bench-%%' AND r.id %% 50 = 0
+"""
+
+
+def reset_database() -> None:
+    name = conninfo_to_dict(common.DATABASE_URL)["dbname"]
+    if "bench" not in name:
+        sys.exit(f"DATABASE_URL names database '{name}'; the benchmark drops and recreates it, so "
+                 "point DATABASE_URL at a database whose name contains 'bench'.")  # fmt: skip
+    with psycopg.connect(make_conninfo(common.DATABASE_URL, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def grow_to(events: int) -> float:
+    """Add runs (and their events and rollups) until the ledger holds `events` events; seconds taken."""
+    started = time.monotonic()
+    with psycopg.connect(common.DATABASE_URL, autocommit=True) as conn, conn.cursor() as cur:
+        (after,) = cur.execute("SELECT coalesce(max(id), 0) FROM ledger_run").fetchone()
+        params = {
+            "projects": PROJECTS, "agents": AGENTS, "per_run": EVENTS_PER_RUN, "after": after,
+            "history": f"{HISTORY_DAYS} days", "total": SIZES[-1] // EVENTS_PER_RUN,
+            "every": SIZES[-1] // SIZES[0], "first_size": events == SIZES[0],
+        }  # fmt: skip
+        cur.execute(_RUNS, params)
+        print(f"  {cur.rowcount:,} runs", flush=True)
+        cur.execute(_EVENTS, params)
+        print(f"  {cur.rowcount:,} events", flush=True)
+        for statement in (_ACTIVITY, _USAGE, _ASKS):
+            cur.execute(statement, params)
+        cur.execute("VACUUM ANALYZE")
+    return time.monotonic() - started
+
+
+def _summary(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p90_ms": round(ordered[int(len(ordered) * 0.9) - 1] * 1000, 2),
+    }
+
+
+def measure() -> dict[str, dict[str, float]]:
+    """Each window across every project and for one, and the sign-in page, round-robin."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(User.objects.get(username=USER))
+    anonymous = Client(HTTP_HOST="127.0.0.1")
+    cases = {f"overview-{w}": ("/", {"window": w}) for w in WINDOWS}
+    cases |= {f"overview-{w}-one-project": ("/", {"window": w, "project": "bench-0"}) for w in WINDOWS}
+    times: dict[str, list[float]] = {name: [] for name in [*cases, "baseline-sign-in"]}
+    for round_number in range(WARMUP + REQUESTS):
+        for name, (path, query) in cases.items():
+            started = time.perf_counter()
+            response = client.get(path, query)
+            elapsed = time.perf_counter() - started
+            html = response.content.decode()
+            charted = 'id="chart-runs-started"' in html and ("project" in query or 'class="mark"' in html)
+            if response.status_code != 200 or not charted:
+                raise SystemExit(f"{name}: answered {response.status_code} without its charts")
+            if round_number >= WARMUP:
+                times[name].append(elapsed)
+        started = time.perf_counter()
+        response = anonymous.get("/accounts/login/")
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 200
+        if round_number >= WARMUP:
+            times["baseline-sign-in"].append(elapsed)
+    return {name: _summary(seconds) for name, seconds in times.items()}
+
+
+def overview_figures() -> dict[str, Any]:
+    """The overview's server time at each size, with its ratios; printed as it goes."""
+    reset_database()
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from tenancy.models import Membership, Project
+
+    call_command("migrate", verbosity=0, interactive=False)
+    person = User.objects.create_user(USER, password=None)
+    for n in range(PROJECTS):
+        project = Project.objects.create(slug=f"bench-{n}", name=f"bench {n}")
+        Membership.objects.create(user=person, project=project, role=Membership.Role.AUDITOR)
+    by_size: dict[int, dict[str, dict[str, float]]] = {}
+    for size in SIZES:
+        print(f"Ledger of {size:,} events: seeding…", flush=True)
+        seeded = grow_to(size)
+        print(f"  seeded in {seeded:.0f} s; timing {REQUESTS} requests a case", flush=True)
+        by_size[size] = measure()
+    small, large = (by_size[size] for size in SIZES)
+    figures = {
+        "requests": REQUESTS, "projects": PROJECTS, "history_days": HISTORY_DAYS,
+        "sizes": {str(size): pages for size, pages in by_size.items()},
+        "ratio_10m_to_1m_p50": {
+            name: round(large[name]["p50_ms"] / small[name]["p50_ms"], 2)
+            for name in small
+            if name.startswith("overview")
+        },
+        "x_baseline_p50": {
+            str(size): {name: round(pages[name]["p50_ms"] / pages["baseline-sign-in"]["p50_ms"], 1) for name in pages}
+            for size, pages in by_size.items()
+        },
+    }  # fmt: skip
+    print(report(figures))
+    return figures
+
+
+def report(figures: dict[str, Any]) -> str:
+    small, large = (figures["sizes"][str(size)] for size in SIZES)
+    lines = [
+        f"\nOverview: server time in-process (test Client), {figures['requests']} requests each, "
+        f"{figures['projects']} projects, {figures['history_days']} days of history",
+        f"  {'page':34} {'1M p50 ms':>10} {'x sign-in':>10} {'10M p50 ms':>11} {'x sign-in':>10} {'10M / 1M':>9}",
+    ]
+    for name in small:
+        lines.append(
+            f"  {name:34} {small[name]['p50_ms']:10.2f} {figures['x_baseline_p50'][str(SIZES[0])][name]:10.1f}"
+            f" {large[name]['p50_ms']:11.2f} {figures['x_baseline_p50'][str(SIZES[1])][name]:10.1f}"
+            f" {figures['ratio_10m_to_1m_p50'].get(name, 1.0):9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def waterfall_figures() -> dict[str, Any] | None:
+    """The run waterfall's figures, from bench/dashboard_waterfall.py when it is in the tree."""
+    if importlib.util.find_spec("dashboard_waterfall") is None:
+        return None
+    import dashboard_waterfall  # bench/dashboard_waterfall.py
+
+    return dashboard_waterfall.waterfall_figures()
+
+
+def main() -> None:
+    common.RESULTS.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"overview": overview_figures()}
+    waterfall = waterfall_figures()
+    if waterfall is not None:
+        result["waterfall"] = waterfall
+    result["machine"] = common.machine()
+    (common.RESULTS / "dashboard.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n  machine    {result['machine']}\n  written to {common.RESULTS / 'dashboard.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,446 @@
+"""The overview's charts, drawn on the server as SVG: no script, no inline style (the CSP forbids
+both), colours from classes in static/css/overview.css so light and dark mode both read well.
+
+Every mark is a link to the runs or refusals behind it and carries a <title> (its hover text and
+its name for screen readers); every chart also has a table with the same figures and links.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TypeAlias
+from urllib.parse import urlencode
+
+from django.urls import reverse
+
+from ledger.overview.selectors import Overview
+
+WIDTH = 600  # the SVG's own units; it is scaled to the page's width
+HEIGHT = 140
+GAP = 0.2  # of a column's width, between columns
+MAX_BAR = 40  # a few days' columns stay columns, not blocks
+
+
+@dataclass(frozen=True)
+class Link:
+    href: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    x: float
+    y: float
+    width: float
+    height: float
+    css: str
+    link: Link
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str
+    label: str
+    css: str
+    counts: list[int]
+    link: Callable[[datetime, datetime], Link]  # the link of a column's mark, from its period
+
+
+@dataclass(frozen=True)
+class Cell:
+    value: int
+    link: Link | None
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    cells: list[Cell]
+
+
+@dataclass
+class ColumnChart:
+    """Stacked columns over time, a column per period of the window."""
+
+    id: str
+    title: str
+    unit: str  # what one count is, for the axis note ("runs", "events")
+    series: list[Series]
+    buckets: list[datetime]
+    step: timedelta
+    empty_reason: str
+    marks: list[Mark] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    top: int = 0
+
+    def __post_init__(self) -> None:
+        self.series = [series for series in self.series if any(series.counts)]
+        totals = [sum(series.counts[i] for series in self.series) for i in range(len(self.buckets))]
+        self.top = max(totals, default=0)
+        if not self.top:
+            return
+        column = WIDTH / len(self.buckets)
+        bar = min(column * (1 - GAP), MAX_BAR)
+        for i, start in enumerate(self.buckets):
+            end = start + self.step
+            stacked = 0
+            for series in self.series:
+                count = series.counts[i]
+                if not count:
+                    continue
+                height = count / self.top * HEIGHT
+                y = HEIGHT - (stacked + count) / self.top * HEIGHT
+                self.marks.append(
+                    Mark(
+                        x=round(i * column + (column - bar) / 2, 2),
+                        y=round(y, 2),
+                        width=round(bar, 2),
+                        height=round(max(height, 1.0), 2),
+                        css=series.css,
+                        link=series.link(start, end),
+                    )
+                )
+                stacked += count
+            if totals[i]:
+                self.rows.append(
+                    Row(
+                        label=period_label(start, end),
+                        cells=[
+                            Cell(series.counts[i], series.link(start, end) if series.counts[i] else None)
+                            for series in self.series
+                        ],
+                    )
+                )
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.top
+
+    @property
+    def width(self) -> int:
+        return WIDTH
+
+    @property
+    def height(self) -> int:
+        return HEIGHT
+
+    @property
+    def first_label(self) -> str:
+        return _moment(self.buckets[0])
+
+    @property
+    def last_label(self) -> str:
+        return _moment(self.buckets[-1] + self.step) if self.buckets else ""
+
+    @property
+    def per(self) -> str:
+        return _step_name(self.step)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    label: str
+    value: int
+    link: Link
+    also: list[tuple[str, int, Link | None]] = field(default_factory=list)
+
+
+@dataclass
+class RankedChart:
+    """The things with the most of something, as bars (<meter>s, which need no style) with figures."""
+
+    id: str
+    title: str
+    heading: str  # the value's column
+    items: list[Ranked]
+    empty_reason: str
+    also_headings: list[str] = field(default_factory=list)
+
+    @property
+    def top(self) -> int:
+        return max((item.value for item in self.items), default=0)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.items
+
+
+def _moment(at: datetime) -> str:
+    return at.strftime("%d %b %H:%M UTC")
+
+
+def period_label(start: datetime, end: datetime) -> str:
+    if end - start >= timedelta(days=1):
+        return start.strftime("%a %d %b")
+    return f"{start:%d %b %H:%M} to {end:%H:%M} UTC"
+
+
+def _step_name(step: timedelta) -> str:
+    if step >= timedelta(days=1):
+        return "day"
+    if step >= timedelta(hours=2):
+        return f"{int(step.total_seconds() // 3600)} hours"
+    if step >= timedelta(hours=1):
+        return "hour"
+    return "minute"
+
+
+def _url(name: str, **query: object) -> str:
+    kept = {key: value for key, value in query.items() if value not in (None, "")}
+    return reverse(name) + ("?" + urlencode(kept) if kept else "")
+
+
+def _iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    def link(start: datetime, end: datetime) -> Link:
+        href = _url("ledger:run-list", since=_iso(start), until=_iso(end), **query)
+        return Link(href, f"{title}, {period_label(start, end)}")
+
+    return link
+
+
+def _refusals(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    def link(start: datetime, end: datetime) -> Link:
+        href = _url("refusals:refusal-list", since=_iso(start), until=_iso(end), **query)
+        return Link(href, f"{title}, {period_label(start, end)}")
+
+    return link
+
+
+def _counted(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+# Colours by meaning where a series has one (a status), else a palette in turn.
+STATUS_CSS = {"completed": "s-ok", "failed": "s-bad", "halted": "s-warn", "denied": "s-deny", "paused": "s-wait"}
+PALETTE = [f"s-{i}" for i in range(8)]
+
+
+Chart: TypeAlias = "ColumnChart | RankedChart | UsageChart"
+
+
+def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str, Chart]:
+    """The overview's charts, each with the links behind its marks (filtered to the project
+    shown, when one is)."""
+    window = overview.window
+    buckets, step = overview.buckets, window.step
+    since, until = overview.since, overview.buckets[-1] + step
+    label = window.label.lower()
+    no_runs = "No runs yet: agents post their events to /api/v1/events." if not overview.has_runs else ""
+    charts: dict[str, Chart] = {}
+
+    started = overview.counts.get(("run-started", ""), [0] * len(buckets))
+    charts["runs_started"] = ColumnChart(
+        id="runs-started",
+        title="Runs started",
+        unit="runs",
+        series=[Series("started", "started", "s-0", started, _runs("Runs started", project=project_slug))],
+        buckets=buckets,
+        step=step,
+        empty_reason=no_runs or f"No run started in the {label}.",
+    )
+    charts["runs_ended"] = ColumnChart(
+        id="runs-ended",
+        title="Runs ended, by how",
+        unit="runs",
+        series=[
+            Series(
+                status,
+                status,
+                STATUS_CSS.get(status, "s-7"),
+                counts,
+                _runs(f"Runs now {status} (by their first event)", status=status, project=project_slug),
+            )
+            for status, counts in overview.series("run-ended").items()
+        ],
+        buckets=buckets,
+        step=step,
+        empty_reason=no_runs or f"No run ended in the {label}: none reached turn_end, a fatal error, a halt or a deny.",
+    )
+    charts["events"] = ColumnChart(
+        id="events",
+        title=f"Events stored per {_step_name(step)}",
+        unit="events",
+        series=[
+            Series(
+                "events",
+                "events",
+                "s-1",
+                overview.counts.get(("events", ""), [0] * len(buckets)),
+                _runs("Runs that started then", project=project_slug),
+            )
+        ],
+        buckets=buckets,
+        step=step,
+        empty_reason=no_runs or f"No event was stored in the {label}.",
+    )
+    charts["refusals"] = ColumnChart(
+        id="refusals",
+        title="Refusals, by category",
+        unit="refusals",
+        series=[
+            Series(
+                category,
+                category,
+                PALETTE[i % len(PALETTE)],
+                counts,
+                _refusals(f"Refusals ({category})", category=category, agent=None),
+            )
+            for i, (category, counts) in enumerate(overview.series("refusal-category").items())
+        ],
+        buckets=buckets,
+        step=step,
+        empty_reason=no_runs or f"Nothing was refused in the {label}.",
+    )
+    charts["refusal_rules"] = RankedChart(
+        id="refusal-rules",
+        title="Rules that refused most",
+        heading="refusals",
+        items=[
+            Ranked(
+                rule,
+                sum(counts),
+                Link(
+                    _url("refusals:refusal-list", rule=rule, since=_iso(since), until=_iso(until)),
+                    f"{_counted(sum(counts), 'refusal', 'refusals')} by {rule}, {label}",
+                ),
+            )
+            for rule, counts in list(overview.series("refusal-rule").items())[:10]
+        ],
+        empty_reason=no_runs or f"No rule refused anything in the {label}.",
+    )
+    asks = overview.asks
+    charts["asks"] = ColumnChart(
+        id="asks",
+        title="Asks",
+        unit="asks",
+        series=[
+            Series("opened", "opened", "s-0", asks.opened, _inbox("Asks opened")),
+            Series("decided", "decided", "s-ok", asks.decided, _inbox("Asks decided")),
+            Series(
+                "timed-out", "closed by their deadline", "s-warn", asks.timed_out, _inbox("Asks closed by deadline")
+            ),
+        ],
+        buckets=buckets,
+        step=step,
+        empty_reason=f"No ask was opened or decided in the {label}: runs ask when a tool needs a person.",
+    )
+    charts["tools"] = _tools_chart(overview, label, since, until, project_slug, no_runs)
+    charts["usage"] = _usage_chart(overview, project_slug, no_runs)
+    return charts
+
+
+def _inbox(title: str) -> Callable[[datetime, datetime], Link]:
+    def link(start: datetime, end: datetime) -> Link:
+        return Link(reverse("asks:inbox"), f"{title}, {period_label(start, end)}: the inbox")
+
+    return link
+
+
+def _tools_chart(
+    overview: Overview, label: str, since: datetime, until: datetime, project_slug: str | None, no_runs: str
+) -> RankedChart:
+    errors = {tool: sum(counts) for tool, counts in overview.series("tool-error").items()}
+    refusals = {tool: sum(counts) for tool, counts in overview.series("tool-refusal").items()}
+    tools = sorted(set(errors) | set(refusals), key=lambda t: (-(errors.get(t, 0) + refusals.get(t, 0)), t))[:10]
+    period = {"since": _iso(since), "until": _iso(until)}
+    items = []
+    for tool in tools:
+        failed, refused = errors.get(tool, 0), refusals.get(tool, 0)
+        runs = Link(
+            _url("ledger:run-list", tool=tool, project=project_slug, **period), f"Runs that called {tool}, {label}"
+        )
+        refusal_link = Link(_url("refusals:refusal-list", tool=tool, **period), f"Refusals of {tool}, {label}")
+        items.append(
+            Ranked(
+                tool,
+                failed + refused,
+                runs,
+                also=[
+                    ("failed", failed, runs if failed else None),
+                    ("refused", refused, refusal_link if refused else None),
+                ],
+            )
+        )
+    return RankedChart(
+        id="tools",
+        title="Tools with the most errors and refusals",
+        heading="both",
+        items=items,
+        also_headings=["failed calls", "refusals"],
+        empty_reason=no_runs or f"No tool call failed or was refused in the {label}.",
+    )
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    day: str
+    agent: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float | None
+    link: Link
+
+
+@dataclass
+class UsageChart:
+    id: str
+    title: str
+    columns: ColumnChart
+    rows: list[UsageRow]
+    empty_reason: str
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.rows
+
+
+def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> "UsageChart":
+    days = sorted({row.day for row in overview.usage})
+    agents = sorted({row.agent for row in overview.usage})
+    day_starts = [datetime.combine(day, datetime.min.time(), tzinfo=overview.since.tzinfo) for day in days]
+    tokens = {(row.day, row.agent): row.tokens_in + row.tokens_out for row in overview.usage}
+    series = [
+        Series(
+            agent or "(no agent id)",
+            agent or "(no agent id)",
+            PALETTE[i % len(PALETTE)],
+            [tokens.get((day, agent), 0) for day in days],
+            _runs(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug),
+        )
+        for i, agent in enumerate(agents)
+    ]
+    rows = [
+        UsageRow(
+            day=row.day.strftime("%a %d %b"),
+            agent=row.agent or "(no agent id)",
+            tokens_in=row.tokens_in,
+            tokens_out=row.tokens_out,
+            cost_usd=row.cost_usd or None,
+            link=_runs(f"Runs of {row.agent or 'agents without an id'}", agent=row.agent or None, project=project_slug)(
+                datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo),
+                datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo) + timedelta(days=1),
+            ),
+        )
+        for row in overview.usage
+        if row.tokens_in or row.tokens_out or row.cost_usd
+    ]
+    return UsageChart(
+        id="usage",
+        title="Tokens per agent per day",
+        columns=ColumnChart(
+            id="usage-columns",
+            title="Tokens per agent per day",
+            unit="tokens",
+            series=series,
+            buckets=day_starts,
+            step=timedelta(days=1),
+            empty_reason="",
+        ),
+        rows=rows,
+        empty_reason=no_runs
+        or "No agent reported token use (usage on stream.llm_end) or cost (cost.tick) in these days.",
+    )

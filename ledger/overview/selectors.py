@@ -1,0 +1,213 @@
+"""The overview's reads: a window of the rollups, the asks and the chain checks of a person's projects.
+
+Every selector takes the projects it answers for (the person's, or one of them) and reads nothing
+else. Their cost follows the window (its minutes, asks and checks), never the ledger's size: the
+events themselves are read only through the rollups.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from footprint_site.replicas import lagging_reads_alias
+from tenancy.models import Project
+
+# date_bin's origin: buckets of a day or of hours start at UTC midnight.
+_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str  # as it appears in the URL
+    label: str
+    length: timedelta
+    step: timedelta  # one chart column
+
+    @property
+    def bucket_count(self) -> int:
+        return int(self.length / self.step)
+
+
+WINDOWS = {
+    window.name: window
+    for window in (
+        Window("hour", "Last hour", timedelta(hours=1), timedelta(minutes=1)),
+        Window("day", "Last day", timedelta(days=1), timedelta(hours=1)),
+        Window("week", "Last week", timedelta(days=7), timedelta(hours=6)),
+        Window("30d", "Last 30 days", timedelta(days=30), timedelta(days=1)),
+    )
+}
+DEFAULT_WINDOW = "day"
+
+
+def window_buckets(window: Window, now: datetime) -> list[datetime]:
+    """The starts of the window's columns, oldest first; the last one holds `now`."""
+    last = _ORIGIN + ((now - _ORIGIN) // window.step) * window.step
+    return [last - window.step * i for i in range(window.bucket_count - 1, -1, -1)]
+
+
+@dataclass
+class AskFigures:
+    opened: list[int]
+    decided: list[int]
+    timed_out: list[int]
+    decision_p50: timedelta | None
+    decision_p90: timedelta | None
+    decided_total: int
+
+
+@dataclass(frozen=True)
+class AgentUsage:
+    day: date
+    agent: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class BrokenChain:
+    project_slug: str
+    run_id: str
+    broken_at: int | None
+    checked_at: datetime
+
+
+@dataclass
+class IntegrityFigures:
+    verified: int
+    broken: int
+    breaks: list[BrokenChain]
+
+
+@dataclass
+class Overview:
+    window: Window
+    buckets: list[datetime]
+    # (kind, key) → a count per bucket
+    counts: dict[tuple[str, str], list[int]]
+    asks: AskFigures
+    usage: list[AgentUsage]
+    integrity: IntegrityFigures
+    # The oldest stored record the rollups have not counted yet; None when they are up to date.
+    pending_since: datetime | None
+    has_runs: bool
+    now: datetime = field(default_factory=timezone.now)
+
+    @property
+    def since(self) -> datetime:
+        return self.buckets[0]
+
+    def series(self, kind: str) -> dict[str, list[int]]:
+        """Each key of a kind with its counts, the largest total first."""
+        found = {key: counts for (k, key), counts in self.counts.items() if k == kind}
+        return dict(sorted(found.items(), key=lambda item: (-sum(item[1]), item[0])))
+
+
+_COUNTS = """
+SELECT kind, key, date_bin(%(step)s, minute, %(origin)s) AS bucket, sum(count)
+FROM ledger_activitycount
+WHERE project_id = ANY(%(projects)s) AND minute >= %(since)s
+GROUP BY kind, key, bucket
+"""
+_ASKS_OPENED = """
+SELECT date_bin(%(step)s, created_at, %(origin)s), count(*) FROM ledger_ask
+WHERE project_id = ANY(%(projects)s) AND created_at >= %(since)s GROUP BY 1
+"""
+# Who decided: a person or an agent's key in time, or the deadline; a decision the run reported
+# (made elsewhere) counts as decided, its time to decision too.
+_ASKS_DECIDED = """
+SELECT date_bin(%(step)s, decided_at, %(origin)s), decided_via = 'deadline', count(*) FROM ledger_ask
+WHERE project_id = ANY(%(projects)s) AND decided_at >= %(since)s GROUP BY 1, 2
+"""
+_DECISION_TIMES = """
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds),
+    percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds), count(*)
+FROM (
+    SELECT extract(epoch FROM decided_at - created_at) AS seconds FROM ledger_ask
+    WHERE project_id = ANY(%(projects)s) AND decided_at >= %(since)s AND decided_via <> 'deadline'
+) AS decisions
+"""
+_USAGE = """
+SELECT day, agent, tokens_in, tokens_out, cost_usd FROM ledger_agentdayusage
+WHERE project_id = ANY(%(projects)s) AND day >= %(since)s::date ORDER BY day, agent
+"""
+_INTEGRITY = """
+SELECT c.valid, p.slug, r.run_id, c.broken_at, c.finished_at
+FROM ledger_integritycheck c JOIN ledger_run r ON r.id = c.run_id JOIN ledger_project p ON p.id = r.project_id
+WHERE r.project_id = ANY(%(projects)s) AND c.status = 'done' AND c.finished_at >= %(since)s
+ORDER BY c.finished_at DESC
+"""
+# Runs the rollups have not reached the end of (the partial index `run_rollup_pending`), and the
+# first record each has not counted.
+_PENDING_SINCE = """
+SELECT min(e.received_at) FROM ledger_run r
+JOIN ledger_runevent e ON e.run_id = r.id AND e.position = r.rolled_up
+WHERE r.chain_length > r.rolled_up AND r.project_id = ANY(%(projects)s)
+"""
+_HAS_RUNS = "SELECT EXISTS (SELECT 1 FROM ledger_run WHERE project_id = ANY(%(projects)s))"
+BREAKS_LISTED = 5
+
+
+def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window) -> Overview:
+    """The overview of the given projects over the window, read from the rollups."""
+    now = timezone.now()
+    buckets = window_buckets(window, now)
+    place = {bucket: i for i, bucket in enumerate(buckets)}
+    params: dict[str, Any] = {
+        "projects": [project.pk for project in projects],
+        "step": window.step,
+        "origin": _ORIGIN,
+        "since": buckets[0],
+    }
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * len(buckets))
+    opened, decided, timed_out = ([0] * len(buckets) for _ in range(3))
+    with connections[lagging_reads_alias()].cursor() as cur:
+        cur.execute(_COUNTS, params)
+        for kind, key, bucket, count in cur.fetchall():
+            if bucket in place:  # a refusal stamped ahead of the server's clock stays out
+                counts[(kind, key)][place[bucket]] += int(count)
+        cur.execute(_ASKS_OPENED, params)
+        for bucket, count in cur.fetchall():
+            if bucket in place:
+                opened[place[bucket]] += count
+        cur.execute(_ASKS_DECIDED, params)
+        for bucket, by_deadline, count in cur.fetchall():
+            if bucket in place:
+                (timed_out if by_deadline else decided)[place[bucket]] += count
+        cur.execute(_DECISION_TIMES, params)
+        p50, p90, decided_total = cur.fetchone()
+        cur.execute(_USAGE, params)
+        usage = [AgentUsage(*row) for row in cur.fetchall()]
+        cur.execute(_INTEGRITY, params)
+        checks = cur.fetchall()
+        cur.execute(_PENDING_SINCE, params)
+        (pending_since,) = cur.fetchone()
+        cur.execute(_HAS_RUNS, params)
+        (has_runs,) = cur.fetchone()
+    breaks = [BrokenChain(slug, run_id, broken_at, at) for valid, slug, run_id, broken_at, at in checks if not valid]
+    return Overview(
+        window=window,
+        buckets=buckets,
+        counts=dict(counts),
+        asks=AskFigures(
+            opened=opened,
+            decided=decided,
+            timed_out=timed_out,
+            decision_p50=None if p50 is None else timedelta(seconds=p50),
+            decision_p90=None if p90 is None else timedelta(seconds=p90),
+            decided_total=decided_total,
+        ),
+        usage=usage,
+        integrity=IntegrityFigures(
+            verified=len(checks) - len(breaks), broken=len(breaks), breaks=breaks[:BREAKS_LISTED]
+        ),
+        pending_since=pending_since,
+        has_runs=has_runs,
+        now=now,
+    )

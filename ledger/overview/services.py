@@ -1,0 +1,196 @@
+"""The overview's rollups, folded from stored records by the worker behind ingestion.
+
+Ingestion never waits for them: it stores events and moves on, and this pass counts each run's
+new records into per-minute counters (ActivityCount) and per-day usage (AgentDayUsage), then
+advances the run's `rolled_up` mark in the same transaction. A record is counted exactly once:
+one pass at a time (a session advisory lock), and a mark that moved meanwhile throws the
+transaction's counts away. The overview reads the counters, so its cost follows the window shown,
+never the size of the ledger; what the marks have not reached yet is shown as the figures' age.
+"""
+
+import time
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+
+from footprint_site.lib.db import session_connection
+
+RECORDS_PER_PASS = 20_000  # per run and pass, so one huge run cannot starve the others
+RUNS_PER_PASS = 1000
+# Runs folded together in one transaction, up to this many records: most runs are short, and a
+# commit per run costs more than counting it (as with the search index).
+RECORDS_PER_TRANSACTION = 20_000
+
+
+# `run-ended` is keyed by the status an ending event moves its run to, as
+# ledger.ingest.projections.status_of decides it (a listener's `error.fatal` ends nothing; a message
+# middleware's deny ends the run).
+_COUNT_ACTIVITY = """
+WITH w AS (SELECT * FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)),
+e AS MATERIALIZED (
+    SELECT r.project_id, e.run_id, e.seq, e.type, e.tool_call_id, e.doc,
+        date_trunc('minute', e.received_at) AS minute
+    FROM w JOIN ledger_run r ON r.id = w.run_id
+    JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
+),
+-- Refusals in the minute their event says they happened, as the refusals page filters them.
+refused AS (
+    SELECT e.project_id, coalesce(date_trunc('minute', to_timestamp(f.wall_clock_ms / 1000.0)), e.minute) AS minute,
+        f.category, f.rule, f.tool_name
+    FROM e JOIN ledger_refusal f ON f.run_id = e.run_id AND f.seq = e.seq
+),
+counted (project_id, minute, kind, key) AS (
+    SELECT project_id, minute, 'events', '' FROM e
+    UNION ALL
+    SELECT r.project_id, date_trunc('minute', coalesce(r.first_event_at, r.created_at)), 'run-started', ''
+    FROM w JOIN ledger_run r ON r.id = w.run_id WHERE w.start = 0
+    UNION ALL
+    SELECT project_id, minute, 'run-ended', ending FROM (
+        SELECT e.project_id, e.minute, CASE
+            WHEN e.type = 'agentfootprint.agent.turn_end' THEN 'completed'
+            WHEN e.type = 'agentfootprint.error.fatal'
+                AND (e.doc->'payload'->>'stage') IS DISTINCT FROM 'observer' THEN 'failed'
+            WHEN e.type = 'agentfootprint.permission.halt' THEN 'halted'
+            WHEN e.type = 'agentfootprint.middleware.decision' AND e.doc->'payload'->>'outcome' = 'deny'
+                AND e.doc->'payload'->>'moment' IN ('input', 'output') THEN 'denied'
+        END AS ending FROM e
+    ) AS endings WHERE ending IS NOT NULL
+    UNION ALL
+    SELECT project_id, minute, 'refusal-category', category FROM refused
+    UNION ALL
+    SELECT project_id, minute, 'refusal-rule', rule FROM refused WHERE rule IS NOT NULL
+    UNION ALL
+    SELECT project_id, minute, 'tool-refusal', tool_name FROM refused WHERE tool_name IS NOT NULL
+    UNION ALL
+    SELECT e.project_id, e.minute, 'tool-error', t.tool_name
+    FROM e JOIN ledger_toolcall t ON t.run_id = e.run_id AND t.tool_call_id = e.tool_call_id
+    WHERE e.type = 'agentfootprint.stream.tool_end' AND t.error AND t.tool_name IS NOT NULL
+)
+INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
+SELECT project_id, minute, kind, key, count(*) FROM counted GROUP BY project_id, minute, kind, key
+ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
+"""
+
+# `usage.input`/`usage.output` when they are numbers, as the run's own totals count them.
+_COUNT_TOKENS = """
+INSERT INTO ledger_agentdayusage (project_id, day, agent, tokens_in, tokens_out, cost_usd)
+SELECT r.project_id, (e.received_at AT TIME ZONE 'UTC')::date, coalesce(r.agent_id, ''),
+    sum(CASE WHEN jsonb_typeof(e.doc->'payload'->'usage'->'input') = 'number'
+        THEN (e.doc->'payload'->'usage'->>'input')::numeric ELSE 0 END)::bigint,
+    sum(CASE WHEN jsonb_typeof(e.doc->'payload'->'usage'->'output') = 'number'
+        THEN (e.doc->'payload'->'usage'->>'output')::numeric ELSE 0 END)::bigint,
+    0
+FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)
+JOIN ledger_run r ON r.id = w.run_id
+JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
+WHERE e.type = 'agentfootprint.stream.llm_end'
+GROUP BY 1, 2, 3
+ON CONFLICT (project_id, day, agent) DO UPDATE SET
+    tokens_in = ledger_agentdayusage.tokens_in + EXCLUDED.tokens_in,
+    tokens_out = ledger_agentdayusage.tokens_out + EXCLUDED.tokens_out
+"""
+
+# A run's `cost.tick` carries its cumulative estimate: what it grew by since the last fold is
+# counted on the day of the range's last tick. Finite numbers only (JSON has no others).
+_COUNT_COST = """
+WITH ticks AS (
+    SELECT e.run_id, r.project_id, coalesce(r.agent_id, '') AS agent,
+        max((e.doc->'payload'->'cumulative'->>'estimatedUsd')::float8) AS cumulative,
+        (max(e.received_at) AT TIME ZONE 'UTC')::date AS day
+    FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)
+    JOIN ledger_run r ON r.id = w.run_id
+    JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
+    WHERE e.type = 'agentfootprint.cost.tick'
+        AND jsonb_typeof(e.doc->'payload'->'cumulative'->'estimatedUsd') = 'number'
+    GROUP BY e.run_id, r.project_id, r.agent_id
+),
+grown AS (
+    SELECT t.*, t.cumulative - coalesce(c.cost_usd, 0) AS growth
+    FROM ticks t LEFT JOIN ledger_rollupruncost c ON c.run_id = t.run_id
+    WHERE t.cumulative > coalesce(c.cost_usd, 0)
+),
+marked AS (
+    INSERT INTO ledger_rollupruncost (run_id, cost_usd) SELECT run_id, cumulative FROM grown
+    ON CONFLICT (run_id) DO UPDATE SET cost_usd = EXCLUDED.cost_usd
+)
+INSERT INTO ledger_agentdayusage (project_id, day, agent, tokens_in, tokens_out, cost_usd)
+SELECT project_id, day, agent, 0, 0, sum(growth) FROM grown GROUP BY project_id, day, agent
+ON CONFLICT (project_id, day, agent) DO UPDATE SET cost_usd = ledger_agentdayusage.cost_usd + EXCLUDED.cost_usd
+"""
+
+_ADVANCE_MARKS = """
+UPDATE ledger_run r SET rolled_up = w.stop
+FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)
+WHERE r.id = w.run_id AND r.rolled_up = w.start
+"""
+
+LOCK = "footprint.rollups"
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    records: int  # records counted by this pass
+    locked_out: bool = False  # another pass held the lock: this one did nothing
+
+
+def rollups_fold_pending(*, budget_seconds: float = 15.0) -> FoldResult:
+    """Count what ingestion stored since the last pass into the overview's rollups.
+
+    One pass at a time (a session advisory lock): a pass finding it taken does nothing, so two
+    workers (or passes queued behind a slow one) never count the same records twice. Writes
+    ActivityCount, AgentDayUsage and RollupRunCost rows and advances `Run.rolled_up`, a
+    transaction per group of runs; enqueues nothing.
+    """
+    with session_connection().cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [LOCK])
+        (locked,) = cur.fetchone()
+    if not locked:
+        return FoldResult(records=0, locked_out=True)
+    try:
+        return FoldResult(records=_fold_until(time.monotonic() + budget_seconds))
+    finally:
+        with session_connection().cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", [LOCK])
+
+
+def _fold_until(deadline: float) -> int:
+    folded = 0
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT id, rolled_up, chain_length FROM ledger_run"
+                " WHERE chain_length > rolled_up ORDER BY id LIMIT %s",
+                [RUNS_PER_PASS],
+            )
+            pending = [(run_pk, start, min(length, start + RECORDS_PER_PASS)) for run_pk, start, length in cur]
+        if not pending:
+            break
+        batch: list[tuple[int, int, int]] = []
+        batch_records = 0
+        for run_pk, start, stop in pending:
+            if batch and batch_records + stop - start > RECORDS_PER_TRANSACTION:
+                folded += fold_ranges(batch)
+                batch, batch_records = [], 0
+            batch.append((run_pk, start, stop))
+            batch_records += stop - start
+        folded += fold_ranges(batch)
+    return folded
+
+
+def fold_ranges(ranges: list[tuple[int, int, int]]) -> int:
+    """Count records [start, stop) of each (run, start, stop) and advance the runs' marks, in one
+    transaction; if any mark is no longer at its `start` (another pass counted it), nothing of
+    this transaction is kept and 0 is returned."""
+    params: dict[str, list[int]] = {}
+    params["runs"], params["starts"], params["stops"] = (list(column) for column in zip(*ranges, strict=True))
+    with transaction.atomic(), connection.cursor() as cur:
+        # Marks first: their row locks make a second fold of the same ranges wait here, then find
+        # the marks moved, before it has counted anything.
+        cur.execute(_ADVANCE_MARKS, params)
+        if cur.rowcount != len(ranges):
+            transaction.set_rollback(True)
+            return 0
+        cur.execute(_COUNT_ACTIVITY, params)
+        cur.execute(_COUNT_TOKENS, params)
+        cur.execute(_COUNT_COST, params)
+    return sum(stop - start for _, start, stop in ranges)

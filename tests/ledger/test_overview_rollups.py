@@ -1,0 +1,170 @@
+"""The overview's rollups: every stored record counted once, whatever passes run and when."""
+
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.db.models import F, Sum
+
+from ledger.models import ActivityCount, AgentDayUsage, Refusal, Run, ToolCall
+from ledger.overview import services
+from tests.conftest import fixture_events
+
+pytestmark = pytest.mark.django_db
+
+FIXTURES = ("a-run-recording/events.json", "b-middleware/events-declined.json", "d-artifacts/events.json")
+
+
+def _cost_ticks(run_id: str, estimates: list[float], first_seq: int = 0) -> list[dict[str, object]]:
+    meta = {"runId": run_id, "wallClockMs": 1_700_000_000_000, "runOffsetMs": 0}
+    return [
+        {
+            "type": "agentfootprint.cost.tick",
+            "seq": first_seq + i,
+            "meta": meta,
+            "payload": {"scope": "iteration", "estimatedUsd": 0.01, "cumulative": {"estimatedUsd": usd}},
+        }
+        for i, usd in enumerate(estimates)
+    ]
+
+
+@pytest.fixture
+def stored(agent_client):
+    for name in FIXTURES:
+        assert agent_client.ingest(fixture_events(name)).status_code == 200
+    assert agent_client.ingest(_cost_ticks("run-cost", [0.01, 0.03])).status_code == 200
+
+
+def _counted(kind: str) -> int:
+    return ActivityCount.objects.filter(kind=kind).aggregate(total=Sum("count"))["total"] or 0
+
+
+def _snapshot() -> list[tuple[object, ...]]:
+    counts = list(
+        ActivityCount.objects.order_by("project", "minute", "kind", "key").values_list(
+            "project", "minute", "kind", "key", "count"
+        )
+    )
+    usage = list(
+        AgentDayUsage.objects.order_by("project", "day", "agent").values_list(
+            "project", "day", "agent", "tokens_in", "tokens_out", "cost_usd"
+        )
+    )
+    return counts + usage
+
+
+def test_a_fold_counts_what_the_ledger_holds(stored):
+    result = services.rollups_fold_pending()
+
+    runs = Run.objects.all()
+    assert result.records == sum(run.chain_length for run in runs)
+    assert _counted("events") == result.records
+    assert _counted("run-started") == runs.count()
+    assert _counted("refusal-category") == Refusal.objects.count() > 0
+    assert _counted("tool-error") == ToolCall.objects.filter(error=True, tool_name__isnull=False).count() > 0
+    endings = dict(ActivityCount.objects.filter(kind="run-ended").values_list("key").annotate(Sum("count")))
+    assert endings.get("completed", 0) >= runs.filter(status="completed").count() > 0
+    usage = AgentDayUsage.objects.aggregate(i=Sum("tokens_in"), o=Sum("tokens_out"), c=Sum("cost_usd"))
+    totals = runs.aggregate(i=Sum("tokens_in"), o=Sum("tokens_out"))
+    assert (usage["i"], usage["o"]) == (totals["i"], totals["o"])
+    assert usage["c"] == pytest.approx(0.03)  # the run's cumulative estimate, not the ticks' sum
+    assert not Run.objects.filter(rolled_up__lt=F("chain_length")).exists()
+
+
+def test_a_second_fold_counts_nothing_again(stored):
+    services.rollups_fold_pending()
+    before = _snapshot()
+    assert services.rollups_fold_pending().records == 0
+    assert _snapshot() == before
+
+
+def test_only_what_a_run_grew_by_is_counted_later(stored, agent_client):
+    services.rollups_fold_pending()
+    assert agent_client.ingest(_cost_ticks("run-cost", [0.05], first_seq=2)).status_code == 200
+    assert services.rollups_fold_pending().records == 1
+    assert AgentDayUsage.objects.aggregate(c=Sum("cost_usd"))["c"] == pytest.approx(0.05)
+    assert _counted("run-started") == Run.objects.count()  # a run is started once
+
+
+def test_folding_in_small_transactions_counts_the_same(stored, monkeypatch):
+    monkeypatch.setattr(services, "RECORDS_PER_TRANSACTION", 1)
+    monkeypatch.setattr(services, "RECORDS_PER_PASS", 2)
+    services.rollups_fold_pending()
+    alone = _snapshot()
+    ActivityCount.objects.all().delete()
+    AgentDayUsage.objects.all().delete()
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM ledger_rollupruncost")
+    Run.objects.update(rolled_up=0)
+    monkeypatch.setattr(services, "RECORDS_PER_TRANSACTION", 10**6)
+    monkeypatch.setattr(services, "RECORDS_PER_PASS", 10**6)
+    services.rollups_fold_pending()
+    assert _snapshot() == alone
+
+
+def test_ranges_another_fold_counted_are_not_counted_again(stored):
+    run = Run.objects.order_by("id").first()
+    assert services.fold_ranges([(run.pk, 0, run.chain_length)]) == run.chain_length
+    before = _snapshot()
+    assert services.fold_ranges([(run.pk, 0, run.chain_length)]) == 0
+    assert _snapshot() == before
+
+
+def test_a_pass_finding_another_under_way_does_nothing(stored):
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(hashtext(%s))", [services.LOCK])
+        assert services.rollups_fold_pending() == services.FoldResult(records=0, locked_out=True)
+        assert not ActivityCount.objects.exists()
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", [services.LOCK])
+    finally:
+        other.close()
+    assert services.rollups_fold_pending().records > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_folding_at_once_count_every_record_once(stored, monkeypatch):
+    monkeypatch.setattr(services, "RECORDS_PER_TRANSACTION", 3)  # many transactions: room to interleave
+    total = sum(Run.objects.values_list("chain_length", flat=True))
+    start = threading.Barrier(2)
+    results: list[services.FoldResult] = []
+
+    def worker(fold: object) -> None:
+        try:
+            start.wait()
+            results.append(fold())  # type: ignore[operator]
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(services.rollups_fold_pending,)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(result.records for result in results) == total
+    assert _counted("events") == total
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_folds_of_the_same_ranges_keep_one(stored):
+    """Without the pass's lock (an older worker, say), the marks still let one fold count a range."""
+    ranges = list(Run.objects.values_list("pk", "rolled_up", "chain_length"))
+    start = threading.Barrier(2)
+    folded: list[int] = []
+
+    def worker() -> None:
+        try:
+            start.wait()
+            folded.append(services.fold_ranges(ranges))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(folded) == [0, sum(stop for _, _, stop in ranges)]
+    assert _counted("events") == sum(stop for _, _, stop in ranges)

@@ -1,0 +1,150 @@
+"""The overview page: the signed-in home, drawn from the rollups of the person's projects only."""
+
+import re
+import time
+from html import unescape
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ledger.models import Refusal, Run
+from ledger.overview import services
+from tests.conftest import fixture_events
+
+pytestmark = pytest.mark.django_db
+
+MARK_HREF = re.compile(r'<a href="([^"]+)" class="mark"><rect class="([^"]+)"')
+
+
+def recent(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fixture's events as if sent in the last minutes: their wall clocks moved to now."""
+    last = max(e["meta"]["wallClockMs"] for e in events)
+    shift = int(time.time() * 1000) - 60_000 - last
+    return [{**e, "meta": {**e["meta"], "wallClockMs": e["meta"]["wallClockMs"] + shift}} for e in events]
+
+
+@pytest.fixture
+def folded(agent_client, other_agent_client) -> None:
+    for name in ("a-run-recording/events.json", "b-middleware/events-declined.json", "d-artifacts/events.json"):
+        assert agent_client.ingest(recent(fixture_events(name))).status_code == 200
+    assert other_agent_client.ingest(recent(fixture_events("e-tool-effects/events.json"))).status_code == 200
+    services.rollups_fold_pending()
+
+
+def _html(response: Any) -> str:
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
+def test_the_overview_is_the_signed_in_home_and_asks_anonymous_callers_to_sign_in(client: Client) -> None:
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=/")
+
+
+def test_the_overview_charts_the_persons_projects(auditor_client, folded, django_assert_max_num_queries) -> None:
+    with django_assert_max_num_queries(12):
+        html = _html(auditor_client.get("/"))
+    assert "<h1>Overview</h1>" in html
+    for chart in ("runs-started", "runs-ended", "events", "refusals", "refusal-rules", "asks", "tools", "usage"):
+        assert f'id="chart-{chart}"' in html, chart
+    assert "Figures are up to date" in html
+    marks = MARK_HREF.findall(html)
+    assert marks, "no chart mark"
+    assert all("<title>" in part for part in html.split('class="mark"')[1:])  # each mark names itself
+    assert "The figures as a table" in html
+    assert 'style="' not in html  # the CSP forbids inline styles
+    assert "/static/css/overview.css" in html
+
+
+def test_a_runs_mark_links_to_the_runs_behind_it(auditor_client, folded, project) -> None:
+    html = _html(auditor_client.get("/"))
+    section = html.split('id="chart-runs-started"')[1].split("</section>")[0]
+    hrefs = [unescape(href) for href, _ in MARK_HREF.findall(section)]
+    assert hrefs
+    assert all(href.startswith("/runs/?since=") for href in hrefs)
+    listed: set[str] = set()
+    for href in hrefs:
+        listed |= set(
+            re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', _html(auditor_client.get(href)))
+        )
+    assert listed == set(Run.objects.filter(project=project).values_list("run_id", flat=True))
+
+
+def test_a_refusals_mark_links_to_the_refusals_behind_it(auditor_client, folded, project) -> None:
+    """Counted in the minute their event's wall clock names, as the refusals page filters them."""
+    html = _html(auditor_client.get("/?window=hour"))
+    section = html.split('id="chart-refusals"')[1].split("</section>")[0]
+    hrefs = [unescape(href) for href, _ in MARK_HREF.findall(section)]
+    assert hrefs
+    assert all(href.startswith("/refusals/?") and "category=" in href for href in hrefs)
+    behind = sum(_html(auditor_client.get(href)).count('class="refusal-row"') for href in hrefs)
+    assert behind == Refusal.objects.filter(run__project=project).count() > 0
+
+
+def test_another_projects_figures_never_show(outsider_client, auditor_client, folded, project) -> None:
+    theirs = _html(outsider_client.get("/"))
+    ours = _html(auditor_client.get("/"))
+    assert project.slug not in theirs
+    assert "transfer_funds" in ours
+    assert "transfer_funds" not in theirs
+    assert outsider_client.get("/", {"project": project.slug}).status_code == 404
+    assert outsider_client.get("/", {"project": "no-such-project"}).status_code == 404
+
+
+def test_the_window_and_project_are_kept_in_the_url(auditor_client, folded, project) -> None:
+    html = _html(auditor_client.get("/", {"window": "week", "project": project.slug}))
+    assert 'value="week" checked' in html
+    assert f'value="{project.slug}" selected' in html
+    assert "per 6 hours" in html
+    assert all(
+        f"project={project.slug}" in unescape(href)
+        for href, _ in MARK_HREF.findall(html.split('id="chart-runs-started"')[1].split("</section>")[0])
+    )
+
+
+def test_a_window_that_does_not_parse_is_named_and_the_day_is_shown(auditor_client, folded) -> None:
+    html = _html(auditor_client.get("/", {"window": "forever"}))
+    assert "window: Select a valid choice. forever is not one of the available choices." in html
+    assert "(the last day is shown instead)" in html
+    assert 'value="day" checked' in html
+
+
+def test_the_htmx_request_gets_the_figures_only(auditor_client, folded) -> None:
+    response = auditor_client.get("/", {"window": "hour"}, headers={"HX-Request": "true"})
+    body = _html(response)
+    assert "<html" not in body
+    assert body.lstrip().startswith('<div id="overview-figures">')
+    assert "HX-Request" in response["Vary"]
+
+
+def test_figures_not_yet_counted_show_their_age(auditor_client, agent_client) -> None:
+    assert agent_client.ingest(recent(fixture_events("a-run-recording/events.json"))).status_code == 200
+    html = _html(auditor_client.get("/"))
+    assert "Figures as of" in html
+    assert "newer events are counted within 20 s" in html
+    services.rollups_fold_pending()
+    assert "Figures are up to date" in _html(auditor_client.get("/"))
+
+
+def test_empty_states_say_why(auditor_client, django_user_model) -> None:
+    html = _html(auditor_client.get("/"))
+    assert "No runs yet: agents post their events to /api/v1/events." in html
+    assert "No ask was opened or decided in the last day" in html
+    assert "No chain was checked in the last day" in html
+    nobody = django_user_model.objects.create_user("nobody", password="pw")
+    client = Client()
+    client.force_login(nobody)
+    assert "You are not a member of any project yet" in _html(client.get("/"))
+
+
+def test_the_overview_server_time_does_not_read_events(auditor_client, folded, django_assert_max_num_queries) -> None:
+    """The page reads the rollups: no statement of its touches the events' table."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        _html(auditor_client.get("/?window=30d"))
+    touching = [q["sql"] for q in queries if "ledger_runevent" in q["sql"] and "position = r.rolled_up" not in q["sql"]]
+    assert touching == []
