@@ -15,7 +15,7 @@ from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.forms import DecisionForm
-from ledger.models import Ask
+from ledger.models import Ask, WebhookDelivery
 from tenancy.models import Membership
 
 ASKS_PER_PAGE = 25
@@ -66,7 +66,7 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         "component_template": COMPONENTS.get(component_id) if isinstance(component_id, str) else None,
         "component_json": _pretty(component),
         "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
-        "deliveries": ask.deliveries.prefetch_related("attempt_log"),
+        "deliveries": ask.deliveries.filter(kind=WebhookDelivery.Kind.DECISION).prefetch_related("attempt_log"),
         "approving_does": ask_selectors.APPROVING_DOES.get(ask.kind),
         "unresolved_report": ask_selectors.ask_unresolved_report(ask=ask),
     }
