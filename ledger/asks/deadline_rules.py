@@ -74,14 +74,14 @@ def escalation_text(steps: list[dict[str, Any]]) -> str:
 
 def _known_tools(project: Project) -> set[str]:
     """The tools the project's runs have called or asked about: a rule for any other never fires."""
-    called = ToolCall.objects.filter(run__project=project, tool_name__isnull=False).values_list("tool_name", flat=True)
-    asked = Ask.objects.filter(project=project, tool_name__isnull=False).values_list("tool_name", flat=True)
-    return set(called.distinct()) | set(asked.distinct())
+    called = ToolCall.objects.filter(run__project=project).values_list("tool_name", flat=True).distinct()
+    asked = Ask.objects.filter(project=project).values_list("tool_name", flat=True).distinct()
+    return {name for name in (*called, *asked) if name}
 
 
 def _known_middlewares(project: Project) -> set[str]:
-    asked = Ask.objects.filter(project=project, middleware__isnull=False).values_list("middleware", flat=True)
-    return set(asked.distinct())
+    asked = Ask.objects.filter(project=project).values_list("middleware", flat=True).distinct()
+    return {name for name in asked if name}
 
 
 def _check_steps(project: Project, steps: Any, deadline_minutes: int) -> list[dict[str, Any]]:

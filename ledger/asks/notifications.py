@@ -50,6 +50,7 @@ from ledger.models import (
     WebhookDelivery,
 )
 from tenancy.models import Membership, Project
+from tenancy.selectors import approver_projects
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def notification_preference_set(
 ) -> NotificationPreference:
     """What `user` wants emailed about `project`'s asks. Only a person who may decide them is told
     of them: anyone else is refused (the page offers them no such project)."""
-    if not Membership.objects.filter(user=user, project=project, role__in=DECIDERS).exists():
+    if not approver_projects(user).filter(pk=project.pk).exists():
         raise NotificationInvalid("project: only the project's approvers and admins are told of its asks.")
     if (on_new_ask or on_deadline or on_escalation) and not user.email:
         raise NotificationInvalid("email: your account has no email address to send to; an admin can set one.")
@@ -164,15 +165,20 @@ def notification_preference_set(
     return preference
 
 
-_PERSON_FLAG = {Event.ASK_OPENED: "on_new_ask", Event.DEADLINE_NEAR: "on_deadline", Event.ESCALATION: "on_escalation"}
-_CHANNEL_FLAG = {Event.ASK_OPENED: "on_new_ask", Event.DEADLINE_NEAR: "on_deadline"}
+_PERSON_FLAG: dict[str, str] = {
+    Event.ASK_OPENED: "on_new_ask",
+    Event.DEADLINE_NEAR: "on_deadline",
+    Event.ESCALATION: "on_escalation",
+}
+_CHANNEL_FLAG: dict[str, str] = {Event.ASK_OPENED: "on_new_ask", Event.DEADLINE_NEAR: "on_deadline"}
 
 
 def _people(project_id: int, event: str) -> QuerySet[NotificationPreference]:
     return NotificationPreference.objects.filter(
         project_id=project_id, **{_PERSON_FLAG[event]: True}, user__is_active=True
     ).filter(
-        Exists(Membership.objects.filter(user=OuterRef("user"), project_id=project_id, role__in=DECIDERS)),
+        Q(Exists(Membership.objects.filter(user=OuterRef("user"), project_id=project_id, role__in=DECIDERS)))
+        | Q(user__is_superuser=True),
         ~Q(user__email=""),
     )
 
@@ -289,7 +295,7 @@ class Message:
     fields: dict[str, object]
 
 
-_HEADLINE = {
+_HEADLINE: dict[str, str] = {
     Event.ASK_OPENED: "waits for a decision",
     Event.DEADLINE_NEAR: "reaches its deadline soon",
     Event.ESCALATION: "is escalated to you: nobody has decided it yet",
@@ -330,12 +336,12 @@ def message_of(delivery: WebhookDelivery) -> Message:
         "url": link,
     }
     if delivery.channel is not None and delivery.channel.include_payload:
-        args = (
+        call = (
             ToolCall.objects.with_args_and_result()
             .filter(run__project=project, run__run_id=ask.run_id, tool_call_id=ask.tool_call_id)
-            .values_list("args", flat=True)
             .first()
         )
+        args = call.args if call is not None else (ask.pause_data or {}).get("args")
         fields["args"] = args
         lines.append("Arguments: " + orjson.dumps(args).decode()[:4000])
     lines += ["", f"Decide on its page (signed in): {link}"]
