@@ -32,7 +32,8 @@ from ledger.models import (
     ToolCall,
     WebhookDelivery,
 )
-from tenancy.models import Project
+from tenancy.models import AdminChange, Project
+from tenancy.services import UNNAMED, Actor, admin_change_record
 
 MAX_DEADLINE_MINUTES = 7 * 24 * 60
 MAX_STEPS = 10
@@ -132,11 +133,13 @@ def deadline_rule_set(
     on_timeout: str = Ask.OnTimeout.DECLINE,
     note: str = "",
     escalation: Any = (),
+    actor: Actor = UNNAMED,
 ) -> DeadlineRule:
     """Create or replace the project's rule for one tool or one middleware. Raises
     DeadlineRuleInvalid, naming the field, for a tool or middleware the project has never seen,
     both or neither, a deadline out of range, an approve default without saying so, or steps
-    that are out of order, after the deadline, to unknown channels or circular."""
+    that are out of order, after the deadline, to unknown channels or circular. The change is
+    recorded as an AdminChange in its transaction."""
     tool_name, middleware = tool_name.strip(), middleware.strip()
     if bool(tool_name) == bool(middleware):
         raise DeadlineRuleInvalid("tool_name: name either a tool or a middleware (one of the two) for the rule.")
@@ -163,23 +166,64 @@ def deadline_rule_set(
     if on_timeout == Ask.OnTimeout.DECLINE and not note.strip():
         note = "declined by the project's deadline rule: nobody decided in time"
     steps = _check_steps(project, list(escalation), deadline_minutes)
-    rule, _ = DeadlineRule.objects.update_or_create(
-        project=project,
-        tool_name=tool_name,
-        middleware=middleware,
-        defaults={
-            "deadline_minutes": deadline_minutes,
-            "on_timeout": on_timeout,
-            "note": note.strip(),
-            "escalation": steps,
-        },
-    )
+    with transaction.atomic():
+        existing = (
+            DeadlineRule.objects.select_for_update()
+            .filter(project=project, tool_name=tool_name, middleware=middleware)
+            .first()
+        )
+        before = None if existing is None else _recorded(existing)
+        rule, _ = DeadlineRule.objects.update_or_create(
+            project=project,
+            tool_name=tool_name,
+            middleware=middleware,
+            defaults={
+                "deadline_minutes": deadline_minutes,
+                "on_timeout": on_timeout,
+                "note": note.strip(),
+                "escalation": steps,
+            },
+        )
+        after = _recorded(rule)
+        if before != after:
+            _record_change(actor, AdminChange.Action.DEADLINE_RULE_SET, rule, before, after)
     return rule
 
 
-def deadline_rule_delete(*, project: Project, rule_id: int) -> bool:
-    deleted, _ = DeadlineRule.objects.filter(project=project, pk=rule_id).delete()
-    return bool(deleted)
+def deadline_rule_delete(*, project: Project, rule_id: int, actor: Actor = UNNAMED) -> bool:
+    """Remove the rule (asks already opened under it keep it), recorded as an AdminChange."""
+    with transaction.atomic():
+        rule = DeadlineRule.objects.select_for_update().filter(project=project, pk=rule_id).first()
+        if rule is None:
+            return False
+        _record_change(actor, AdminChange.Action.DEADLINE_RULE_REMOVED, rule, _recorded(rule), None)
+        rule.delete()
+    return True
+
+
+def _recorded(rule: DeadlineRule) -> dict[str, Any]:
+    return {
+        "deadlineMinutes": rule.deadline_minutes,
+        "onTimeout": rule.on_timeout,
+        "note": rule.note,
+        "escalation": rule.escalation,
+    }
+
+
+def _record_change(
+    actor: Actor, action: str, rule: DeadlineRule, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> None:
+    target = f"tool {rule.tool_name}" if rule.tool_name else f"middleware {rule.middleware}"
+    admin_change_record(
+        actor=actor,
+        action=action,
+        project=rule.project,
+        target_type="deadline_rule",
+        target_id=rule.pk,
+        target_label=f"deadline rule for {target}"[:200],
+        before=before,
+        after=after,
+    )
 
 
 def ask_opened(ask: Ask) -> None:

@@ -15,7 +15,9 @@ def notification_channels_with_health(*, project: Project) -> QuerySet[Notificat
     """The project's channels by name, each with its latest message's status and that message's
     latest attempt's error (`last_status`, `last_error`): a failing channel shows on the page."""
     latest = WebhookDelivery.objects.filter(channel=OuterRef("pk")).order_by("-id")
-    latest_error = WebhookAttempt.objects.filter(delivery=Subquery(latest.values("pk")[:1])).order_by("-id")
+    # Within the attempts' subquery the channel is two levels out.
+    latest_of_channel = WebhookDelivery.objects.filter(channel=OuterRef(OuterRef("pk"))).order_by("-id")
+    latest_error = WebhookAttempt.objects.filter(delivery=Subquery(latest_of_channel.values("pk")[:1])).order_by("-id")
     return (
         NotificationChannel.objects.filter(project=project)
         .annotate(

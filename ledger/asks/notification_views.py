@@ -16,6 +16,7 @@ from ledger.asks.notifications import NotificationInvalid
 from ledger.forms import DeadlineRuleForm, NotificationChannelForm
 from tenancy.models import Membership, Project
 from tenancy.selectors import project_get_for_user
+from tenancy.services import Actor
 
 CHOICES = ("on_new_ask", "on_deadline", "on_escalation")
 ONLY_ADMINS = "Only admins of this project may change its notification channels and deadline rules."
@@ -59,18 +60,19 @@ def project_notifications(request: HtmxHttpRequest, project_slug: str) -> HttpRe
     if request.method == "GET":
         return _page(request, project)
     action = request.POST.get("action")
+    actor = Actor.of_user(signed_in_user(request))
     if action == "channel-delete":
-        notifications.notification_channel_delete(project=project, name=request.POST.get("name", ""))
+        notifications.notification_channel_delete(project=project, name=request.POST.get("name", ""), actor=actor)
     elif action == "rule-delete":
         rule_id = request.POST.get("rule", "")
         if rule_id.isdigit():
-            deadline_rules.deadline_rule_delete(project=project, rule_id=int(rule_id))
+            deadline_rules.deadline_rule_delete(project=project, rule_id=int(rule_id), actor=actor)
     elif action == "channel-set":
         channel_form = NotificationChannelForm(request.POST)
         if not channel_form.is_valid():
             return _page(request, project, channel_form=channel_form, status=422)
         try:
-            notifications.notification_channel_set(project=project, **channel_form.cleaned_data)
+            notifications.notification_channel_set(project=project, actor=actor, **channel_form.cleaned_data)
         except NotificationInvalid as exc:
             channel_form.add_error(None, exc.message)
             return _page(request, project, channel_form=channel_form, status=422)
@@ -88,6 +90,7 @@ def project_notifications(request: HtmxHttpRequest, project_slug: str) -> HttpRe
                 on_timeout=data["on_timeout"],
                 note=data["note"],
                 escalation=deadline_rules.escalation_parse(data["escalation"]),
+                actor=actor,
             )
         except DeadlineRuleInvalid as exc:
             rule_form.add_error(None, exc.message)

@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -49,8 +50,9 @@ from ledger.models import (
     WebhookAttempt,
     WebhookDelivery,
 )
-from tenancy.models import Membership, Project
+from tenancy.models import AdminChange, Membership, Project
 from tenancy.selectors import approver_projects
+from tenancy.services import UNNAMED, Actor, admin_change_record
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +115,11 @@ def notification_channel_set(
     on_new_ask: bool = True,
     on_deadline: bool = True,
     include_payload: bool = False,
+    actor: Actor = UNNAMED,
 ) -> NotificationChannel:
-    """Create or change the project's channel `name`. A webhook channel gets a new signing secret
-    when it is created or its URL changes. Raises NotificationInvalid naming the field."""
+    """Create or change the project's channel `name`, recorded as an AdminChange (its target,
+    never its secret). A webhook channel gets a new signing secret when it is created or its URL
+    changes. Raises NotificationInvalid naming the field."""
     name = name.strip()
     if not CHANNEL_NAME.fullmatch(name):
         raise NotificationInvalid(
@@ -131,6 +135,7 @@ def notification_channel_set(
         _check_url(target)
     with transaction.atomic():
         channel = NotificationChannel.objects.select_for_update().filter(project=project, name=name).first()
+        before = None if channel is None else _recorded(channel)
         if channel is None:
             channel = NotificationChannel(project=project, name=name, secret=secrets.token_hex(32))
         elif channel.target != target or channel.kind != kind:
@@ -139,13 +144,47 @@ def notification_channel_set(
         channel.on_new_ask, channel.on_deadline, channel.include_payload = on_new_ask, on_deadline, include_payload
         channel.active = True
         channel.save()
+        _record_change(actor, AdminChange.Action.CHANNEL_SET, channel, before, _recorded(channel))
     return channel
 
 
-def notification_channel_delete(*, project: Project, name: str) -> bool:
-    """Remove the channel and the messages still waiting for it. False when there was none."""
-    deleted, _ = NotificationChannel.objects.filter(project=project, name=name).delete()
-    return bool(deleted)
+def notification_channel_delete(*, project: Project, name: str, actor: Actor = UNNAMED) -> bool:
+    """Remove the channel and the messages still waiting for it, recorded as an AdminChange.
+    False, and nothing recorded, when there was none."""
+    with transaction.atomic():
+        channel = NotificationChannel.objects.select_for_update().filter(project=project, name=name).first()
+        if channel is None:
+            return False
+        before = _recorded(channel)
+        _record_change(actor, AdminChange.Action.CHANNEL_REMOVED, channel, before, None)
+        channel.delete()
+    return True
+
+
+def _recorded(channel: NotificationChannel) -> dict[str, Any]:
+    return {
+        "kind": channel.kind,
+        "target": channel.target,
+        "onNewAsk": channel.on_new_ask,
+        "onDeadline": channel.on_deadline,
+        "includePayload": channel.include_payload,
+    }
+
+
+def _record_change(
+    actor: Actor, action: str, channel: NotificationChannel, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> None:
+    if before != after:
+        admin_change_record(
+            actor=actor,
+            action=action,
+            project=channel.project,
+            target_type="notification_channel",
+            target_id=channel.name,
+            target_label=f"notification channel {channel.name}",
+            before=before,
+            after=after,
+        )
 
 
 def notification_preference_set(

@@ -11,7 +11,7 @@ from ledger.asks import deadline_rules, notifications
 from ledger.asks import services as ask_services
 from ledger.asks.deadline_rules import DeadlineRuleInvalid
 from ledger.models import Ask, AskEscalation, DeadlineRule, WebhookDelivery
-from tenancy.models import Project
+from tenancy.models import AdminChange, Project
 from tests.conftest import ApiClient
 from tests.ledger.ask_helpers import open_ask, plain_body
 
@@ -141,3 +141,44 @@ def test_an_approaching_deadline_is_announced_once(
     deadline_rules.escalations_run(now=timezone.now() + timedelta(minutes=26))
     deadline_rules.escalations_run(now=timezone.now() + timedelta(minutes=27))
     assert sorted(near.values_list("channel__name", flat=True)) == ["leads", "on-call"]
+
+
+def test_rule_changes_are_recorded_as_admin_changes(project: Project, known_tool: str) -> None:
+    rule = deadline_rules.deadline_rule_set(project=project, tool_name=known_tool, deadline_minutes=30)
+    deadline_rules.deadline_rule_set(project=project, tool_name=known_tool, deadline_minutes=30)  # no change
+    deadline_rules.deadline_rule_set(project=project, tool_name=known_tool, deadline_minutes=45)
+    deadline_rules.deadline_rule_delete(project=project, rule_id=rule.pk)
+    changes = AdminChange.objects.filter(project=project, target_type="deadline_rule").order_by("id")
+    assert [
+        (c.action, (c.before or {}).get("deadlineMinutes"), (c.after or {}).get("deadlineMinutes")) for c in changes
+    ] == [
+        (AdminChange.Action.DEADLINE_RULE_SET, None, 30),
+        (AdminChange.Action.DEADLINE_RULE_SET, 30, 45),
+        (AdminChange.Action.DEADLINE_RULE_REMOVED, 45, None),
+    ]
+    assert changes[0].target_label == "deadline rule for tool ask_user"
+
+
+def test_a_worker_killed_mid_escalation_leaves_the_step_to_the_next_pass(
+    project: Project, agent_client: ApiClient, known_tool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step's claim and its messages commit together: a pass that dies between them (here, an
+    error as the messages are written) takes no step, and the next pass takes it once."""
+    deadline_rules.deadline_rule_set(
+        project=project, tool_name=known_tool, deadline_minutes=30, escalation=[{"afterMinutes": 10, "notify": "leads"}]
+    )
+    opened = open_ask(agent_client, plain_body(run_id="run-killed"))
+    later = timezone.now() + timedelta(minutes=11)
+
+    def dies(**kwargs: Any) -> int:
+        raise SystemExit("worker killed")
+
+    monkeypatch.setattr(notifications, "notifications_queue", dies)
+    with pytest.raises(SystemExit):
+        deadline_rules.escalations_run(now=later)
+    escalation = AskEscalation.objects.get(ask_id=opened["id"])
+    assert (escalation.next_step, escalation.next_at is not None) == (0, True)
+    monkeypatch.undo()
+    assert deadline_rules.escalations_run(now=later) == 1
+    sent = WebhookDelivery.objects.filter(ask_id=opened["id"], event=WebhookDelivery.Event.ESCALATION)
+    assert list(sent.values_list("channel__name", flat=True)) == ["leads"]

@@ -11,7 +11,7 @@ from django.utils import timezone
 from ledger.asks import notifications, webhooks
 from ledger.asks.notifications import NotificationInvalid
 from ledger.models import Ask, NotificationChannel, WebhookAttempt, WebhookDelivery
-from tenancy.models import Membership, Project
+from tenancy.models import AdminChange, Membership, Project
 from tests.conftest import ApiClient, person
 from tests.http_receiver import url_of, webhook_receiver
 from tests.ledger.ask_helpers import open_ask, plain_body
@@ -175,3 +175,18 @@ def test_queued_twice_a_message_is_written_once(project: Project, agent_client: 
     ask = open_ask(agent_client, plain_body())
     notifications.notifications_queue(ask=Ask.objects.get(pk=ask["id"]), event=WebhookDelivery.Event.ASK_OPENED)
     assert _notifications(ask["id"]).count() == 1
+
+
+def test_channel_changes_are_recorded_as_admin_changes_without_the_secret(project: Project) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="a@example.com")
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="b@example.com")
+    notifications.notification_channel_delete(project=project, name="on-call")
+    assert not notifications.notification_channel_delete(project=project, name="on-call")
+    changes = AdminChange.objects.filter(project=project, target_type="notification_channel").order_by("id")
+    assert [c.action for c in changes] == [
+        AdminChange.Action.CHANNEL_SET,
+        AdminChange.Action.CHANNEL_SET,
+        AdminChange.Action.CHANNEL_REMOVED,
+    ]
+    assert (changes[1].before["target"], changes[1].after["target"]) == ("a@example.com", "b@example.com")
+    assert all("secret" not in str(c.after) for c in changes)

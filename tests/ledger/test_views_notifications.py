@@ -63,6 +63,8 @@ def test_a_channel_is_added_and_a_failing_one_says_so(admin_client: Client, proj
     channel = NotificationChannel.objects.get(project=project)
     assert (channel.on_new_ask, channel.on_deadline, channel.include_payload) == (True, False, False)
     ask = Ask.objects.create(project=project, run_id="r1", tool_call_id="c1", kind="plain", pause_data={})
+    for apart in range(3):  # the ids of attempts and of deliveries differ, as they do in use
+        WebhookDelivery.objects.create(ask=ask, url="https://x.example/", kind="notification", step=apart + 5)
     delivery = WebhookDelivery.objects.create(
         ask=ask, kind="notification", event="ask_opened", channel=channel, url="mailto:x", status="failed", attempts=3
     )
