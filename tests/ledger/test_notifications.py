@@ -190,3 +190,27 @@ def test_channel_changes_are_recorded_as_admin_changes_without_the_secret(projec
     ]
     assert (changes[1].before["target"], changes[1].after["target"]) == ("a@example.com", "b@example.com")
     assert all("secret" not in str(c.after) for c in changes)
+
+
+def test_opening_an_ask_queues_its_messages_first_attempt_after_the_commit(
+    project: Project, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from footprint_site.celery import app
+    from ledger.asks.services import ask_open
+
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    sent: list[tuple[str, Any]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, args: sent.append((name, args)))
+    with django_capture_on_commit_callbacks(execute=True):
+        ask, _ = ask_open(
+            project=project,
+            key=None,
+            run_id="run-queued",
+            session_id=None,
+            pause_data={"toolCallId": "t1", "toolName": "ask_user", "question": "Region?"},
+            checkpoint=None,
+            deadline=None,
+            on_timeout="decline",
+        )
+    assert sent == [("ledger.tasks.notifications_send_for_ask", (ask.pk,))]
+    assert _notifications(ask.pk).get().status == WebhookDelivery.Status.PENDING
