@@ -14,20 +14,29 @@ Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production setti
    a raw SELECT of the same page on one psycopg connection. Times are measured by the client over
    keep-alive loopback; that is server time plus well under a millisecond of HTTP.
 
+3. Notifications. BENCH_NOTIFICATIONS (2,000) email notifications are queued in the outbox and a
+   worker process sends them all to a local SMTP server (aiosmtpd), while POST /api/v1/events is
+   timed (BENCH_INGEST_REQUESTS, 300, of 20 events); the same POSTs timed before, with nothing sent,
+   are the baseline. Prints the emails sent per second and ingestion's p99 beside against alone.
+
 Prints figures as ratios against those baselines, measured in the same run, and writes
 bench/results/asks.json. Nothing asserts on time; every answer is checked (status, decision, rows).
 Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/footprint_bench_asks; dropped
 and recreated, so its name must contain 'bench'), BENCH_PORT (8767), and the BENCH_* above.
 """
 
-import base64
+import contextlib
 import http.client
 import json
 import os
 import secrets
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.cookies import SimpleCookie
 from urllib.parse import urlencode
 
@@ -44,6 +53,10 @@ ASKS = int(os.environ.get("BENCH_ASKS", "200"))
 OPEN_ASKS = int(os.environ.get("BENCH_OPEN_ASKS", "10000"))
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200"))
 SETTLE_S = float(os.environ.get("BENCH_SETTLE_MS", "50")) / 1000
+# Notifications: emails queued in the outbox, and ingestion timed beside their sending.
+NOTIFY_N = int(os.environ.get("BENCH_NOTIFICATIONS", "2000"))
+INGEST_REQUESTS = int(os.environ.get("BENCH_INGEST_REQUESTS", "300"))
+INGEST_EVENTS = 20
 WARMUP, PAGE = 10, 25  # PAGE: the inbox's ASKS_PER_PAGE (ledger/asks/views.py)
 USER, PASSWORD = "bench-approver", secrets.token_urlsafe(16)
 
@@ -65,10 +78,13 @@ SELECT a.id, a.project_id, a.run_id, a.session_id, a.tool_call_id, a.tool_name, 
        a.created_at, a.approved, a.decided_by_label, a.decided_by_id, a.decided_at, a.decided_via,
        a.note, a.value, p.id, p.slug, p.name, p.created_at
 FROM ledger_ask a JOIN ledger_project p ON p.id = a.project_id
-WHERE a.status = 'open' AND a.id < %(before)s AND a.project_id IN (
+WHERE a.status = 'open' AND (COALESCE(a.deadline, '9999-01-01Z'), a.id) > ('9999-01-01Z', %(after)s)
+  AND a.project_id IN (
     SELECT m.project_id FROM ledger_membership m WHERE m.user_id = %(user)s AND m.role IN ('approver', 'admin'))
-ORDER BY a.id DESC LIMIT %(limit)s
+ORDER BY COALESCE(a.deadline, '9999-01-01Z'), a.id LIMIT %(limit)s
 """
+# The inbox's cursor for an ask without a deadline (ledger.asks.selectors.urgency_cursor).
+NO_DEADLINE_MICROS = 253370764800 * 1_000_000
 
 
 class Client:
@@ -172,21 +188,22 @@ def decide_once(agent: Client, integration: Client, page: Client, key: str, n: i
 
 
 def fill_inbox(db: psycopg.Connection) -> int:
-    """OPEN_ASKS open asks in the bench project; returns the newest id."""
+    """OPEN_ASKS open asks (no deadline) in the bench project; returns the oldest id, the inbox's first."""
     project = db.execute("SELECT id FROM ledger_project WHERE slug = 'bench'").fetchone()[0]
     db.execute(FILL_INBOX, {"project": project, "n": OPEN_ASKS})
     db.execute("VACUUM ANALYZE ledger_ask")  # as autovacuum would leave a table this size: stats, visibility map
-    return db.execute("SELECT max(id) FROM ledger_ask WHERE status = 'open'").fetchone()[0]
+    return db.execute("SELECT min(id) FROM ledger_ask WHERE status = 'open'").fetchone()[0]
 
 
-def time_inbox(page: Client, db: psycopg.Connection, newest: int) -> dict[str, list[float]]:
-    """Round-robin over the pages and their raw SELECTs, so machine noise lands on all of them alike."""
-    older = newest - OPEN_ASKS // 2  # an older page from halfway down the list, as a cursor reaches it
-    cursor = base64.urlsafe_b64encode(str(older).encode()).decode().rstrip("=")
+def time_inbox(page: Client, db: psycopg.Connection, oldest: int) -> dict[str, list[float]]:
+    """Round-robin over the pages and their raw SELECTs, so machine noise lands on all of them alike.
+    No ask has a deadline, so the inbox lists them oldest first (most urgent first)."""
+    later = oldest + OPEN_ASKS // 2  # a later page from halfway down the list, as a cursor reaches it
+    cursor = f"{NO_DEADLINE_MICROS}.{later}"
     cases = {
-        "page": ("/inbox/", {}, newest),
-        "partial": ("/inbox/", {"HX-Request": "true"}, newest),
-        "older": (f"/inbox/?cursor={cursor}", {}, older - 1),
+        "page": ("/inbox/", {}, oldest),
+        "partial": ("/inbox/", {"HX-Request": "true"}, oldest),
+        "older": (f"/inbox/?cursor={cursor}", {}, later + 1),
     }
     times: dict[str, list[float]] = {name: [] for name in [*cases, "raw_first", "raw_older", "healthz"]}
     user = db.execute("SELECT id FROM auth_user WHERE username = %s", [USER]).fetchone()[0]  # as request.user has it
@@ -197,9 +214,9 @@ def time_inbox(page: Client, db: psycopg.Connection, newest: int) -> dict[str, l
             html = expect(status, data, 200, path).decode()
             if html.count('class="ask-row"') != PAGE or f'id="ask-{first_id}"' not in html:
                 raise RuntimeError(f"GET {path} {headers} did not list {PAGE} asks from ask {first_id}")
-        for name, before in (("raw_first", newest + 1), ("raw_older", older)):
+        for name, after in (("raw_first", 0), ("raw_older", later)):
             started = time.perf_counter()
-            rows = db.execute(RAW_PAGE, {"before": before, "user": user, "limit": PAGE + 1}).fetchall()
+            rows = db.execute(RAW_PAGE, {"after": after, "user": user, "limit": PAGE + 1}).fetchall()
             sample[name] = time.perf_counter() - started
             assert len(rows) == PAGE + 1
         sample["healthz"] = page.call("GET", "/healthz")[2]
@@ -207,6 +224,89 @@ def time_inbox(page: Client, db: psycopg.Connection, newest: int) -> dict[str, l
             for name, seconds in sample.items():
                 times[name].append(seconds)
     return times
+
+
+def ingest_batch(agent: Client, run: str) -> float:
+    """One POST /api/v1/events of INGEST_EVENTS events of a new run; the seconds it took."""
+    events = [
+        {"seq": i, "type": "agentfootprint.agent.turn_start", "payload": {"turnIndex": i, "userPrompt": f"hi {i}"},
+         "meta": {"runId": run, "sessionId": f"s-{run}", "wallClockMs": 1796040000000 + i}}
+        for i in range(INGEST_EVENTS)
+    ]  # fmt: skip
+    status, data, seconds = agent.call("POST", "/api/v1/events", orjson.dumps({"events": events}))
+    expect(status, data, 200, f"ingest {run}")
+    return seconds
+
+
+QUEUE_NOTIFICATIONS = """
+INSERT INTO ledger_webhookdelivery (ask_id, url, status, attempts, created_at, next_attempt_at, kind, channel_id,
+                                    event, step)
+SELECT a.id, 'mailto:oncall@bench.example', 'pending', 0, now(), now(), 'notification', %(channel)s, 'ask_opened', 0
+FROM ledger_ask a WHERE a.status = 'open' ORDER BY a.id LIMIT %(n)s
+"""
+# The worker's outbox sweep, run to the end of the queue in its own process (as a Celery worker would).
+SEND_ALL = """
+import time
+from ledger.asks.notifications import notifications_send_due
+started, sent = time.perf_counter(), 0
+while (batch := notifications_send_due(limit=200)):
+    sent += batch
+print(sent, time.perf_counter() - started)
+"""
+
+
+def time_notifications(env: dict[str, str], agent: Client, db: psycopg.Connection) -> dict[str, object]:
+    """Ingestion's latency alone, then while a worker process empties an outbox of NOTIFY_N emails
+    into a local SMTP server (aiosmtpd); and the emails sent per second."""
+    from aiosmtpd.controller import Controller
+
+    class Sink:
+        received = 0
+
+        async def handle_DATA(self, server: object, session: object, envelope: object) -> str:
+            Sink.received += 1
+            return "250 OK"
+
+    with socket_port() as port:
+        pass
+    controller = Controller(Sink(), hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        channel = common.manage(env, "shell", "-c", (
+            "from ledger.asks.notifications import notification_channel_set; from tenancy.models import Project; "
+            "print(notification_channel_set(project=Project.objects.get(slug='bench'), name='on-call', "
+            "kind='email', target='oncall@bench.example').pk)"
+        )).split()[-1]  # fmt: skip
+        db.execute(QUEUE_NOTIFICATIONS, {"channel": int(channel), "n": NOTIFY_N})
+        alone = [ingest_batch(agent, f"bench-alone-{n}") for n in range(INGEST_REQUESTS)]
+        sender_env = env | {
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(port),
+            "DJANGO_SETTINGS_MODULE": "footprint_site.settings",
+        }
+        sender = subprocess.Popen(
+            [sys.executable, "manage.py", "shell", "-c", SEND_ALL], cwd=common.ROOT, env=sender_env,
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        beside: list[float] = []
+        n = 0
+        while sender.poll() is None or n < INGEST_REQUESTS:
+            beside.append(ingest_batch(agent, f"bench-beside-{n}"))
+            n += 1
+        out, _ = sender.communicate(timeout=600)
+        sent, elapsed = out.split()[-2:]
+    finally:
+        controller.stop()
+    if int(sent) != NOTIFY_N or Sink.received != NOTIFY_N:
+        raise RuntimeError(f"{NOTIFY_N} emails queued, {sent} sent, {Sink.received} received")
+    return {"alone": alone, "beside": beside, "sent": int(sent), "per_second": int(sent) / float(elapsed)}
+
+
+@contextlib.contextmanager
+def socket_port() -> Iterator[int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        yield probe.getsockname()[1]
 
 
 def steal() -> float:
@@ -246,12 +346,14 @@ def main() -> None:
         stolen = {"decisions": round(steal() - stolen, 2)}
         print(f"Inserting {OPEN_ASKS:,} open asks…", flush=True)
         with psycopg.connect(common.DATABASE_URL, autocommit=True) as db:
-            newest = fill_inbox(db)
+            oldest = fill_inbox(db)
             common.checkpoint()
             print(f"Timing the inbox {REQUESTS} times each (page, htmx partial, older page, raw SELECT)…", flush=True)
             stolen["inbox"] = steal()
-            inbox = time_inbox(page, db, newest)
+            inbox = time_inbox(page, db, oldest)
             stolen["inbox"] = round(steal() - stolen["inbox"], 2)
+            print(f"Sending {NOTIFY_N:,} notification emails from the outbox beside ingestion…", flush=True)
+            told = time_notifications(env, agent, db)
     finally:
         common.stop(server)
 
@@ -264,7 +366,14 @@ def main() -> None:
         d["ratio_p99"] = round(d["latency"]["p99_ms"] / d["baseline"]["p99_ms"], 2)
     for name, raw in (("page", "raw_first"), ("partial", "raw_first"), ("older", "raw_older")):
         pages[name]["ratio_p50"] = round(pages[name]["p50_ms"] / pages[raw]["p50_ms"], 1)
+    alone, beside = summary(told["alone"]), summary(told["beside"])  # type: ignore[arg-type]
+    notified = {
+        "emails": told["sent"], "per_second": round(told["per_second"], 1),  # type: ignore[arg-type]
+        "ingest_alone": alone, "ingest_beside": beside, "ingest_events_per_request": INGEST_EVENTS,
+        "p99_ratio": round(beside["p99_ms"] / alone["p99_ms"], 2),
+    }  # fmt: skip
     result = {
+        "notifications": notified,
         "asks_per_path": ASKS, "settle_ms": SETTLE_S * 1000, "decisions": decisions,
         "open_asks": OPEN_ASKS, "inbox_requests": REQUESTS, "inbox": pages,
         "web_workers": workers, "web_threads": int(env.get("WEB_THREADS", "4")), "cpu_steal_s": stolen,
@@ -291,6 +400,11 @@ def main() -> None:
     out += row("raw SELECT, older page", pages["raw_older"])
     out += row("GET /healthz", pages["healthz"])
     out += "\n  aim: inbox page < 100 ms"
+    out += f"\n\nNotifications: {notified['emails']:,} emails from the outbox to a local SMTP server"
+    out += f"\n  sent per second          {notified['per_second']}"
+    out += row("ingest POST, alone", alone, f"  ({INGEST_EVENTS} events a request)")
+    out += row("ingest POST, beside", beside, f"  ({notified['p99_ratio']}x the p99 alone)")
+    out += "\n  aim: ingestion p99 beside the sending < 1.2x alone"
     out += f"\n\n  CPU steal  {stolen['decisions']} s deciding, {stolen['inbox']} s on the inbox (other VMs' noise)"
     print(out + f"\n\n  machine    {result['machine']}\n  written to {common.RESULTS / 'asks.json'}")
 

@@ -264,6 +264,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "artifacts-sweep": _every(
         env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0), "artifacts.tasks.artifacts_sweep"
     ),
+    "asks-escalations": _every(5.0, "ledger.tasks.escalations_run"),
+    "notifications-outbox": _every(10.0, "ledger.tasks.notifications_send_due"),
 }
 
 # Where retention writes the archives of the runs it removes (ledger/retention/archive.py).
@@ -298,3 +300,19 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+
+# Notifications of asks (ledger.asks.notifications): email through Django's SMTP backend, links
+# to the ask's page under FOOTPRINT_PUBLIC_URL; webhook channels are https, or http to a host
+# the administrator lists here.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="footprint@localhost")
+FOOTPRINT_PUBLIC_URL = env.str("FOOTPRINT_PUBLIC_URL", default="http://127.0.0.1:8000")
+FOOTPRINT_NOTIFY_HTTP_HOSTS = env.list("FOOTPRINT_NOTIFY_HTTP_HOSTS", default=[])
+# An ask is announced as nearing its deadline this long before it.
+FOOTPRINT_DEADLINE_WARNING_MINUTES = env.int("FOOTPRINT_DEADLINE_WARNING_MINUTES", default=5)

@@ -7,7 +7,7 @@ from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
-from ledger.models import LedgerRetention, Refusal, Run
+from ledger.models import LedgerRetention, NotificationChannel, Refusal, Run
 from ledger.overview.selectors import DEFAULT_WINDOW, WINDOWS, Window
 from ledger.refusals import selectors as refusal_selectors
 from tenancy.models import Project
@@ -176,3 +176,31 @@ class ArchiveUploadForm(forms.Form):
         if upload.size > self.max_bytes:
             raise forms.ValidationError(f"The archive is {upload.size} bytes; the limit is {self.max_bytes} bytes.")
         return bytes(upload.read())
+
+
+class NotificationChannelForm(forms.Form):
+    """A project's notification channel, as its admin sets it (ledger.asks.notifications)."""
+
+    name = forms.CharField(max_length=60, help_text="What escalation steps notify, e.g. on-call.")
+    kind = forms.ChoiceField(choices=NotificationChannel.Kind.choices)
+    target = forms.CharField(max_length=2000, help_text="Email addresses, comma-separated, or the webhook's https URL.")
+    on_new_ask = forms.BooleanField(required=False, initial=True, label="new asks")
+    on_deadline = forms.BooleanField(required=False, initial=True, label="approaching deadlines")
+    include_payload = forms.BooleanField(
+        required=False, label="include the call's arguments (off: agent, tool and question only)"
+    )
+
+
+class DeadlineRuleForm(forms.Form):
+    """A project's deadline rule for one tool or one middleware (ledger.asks.deadline_rules)."""
+
+    tool_name = forms.CharField(required=False, max_length=200, label="tool")
+    middleware = forms.CharField(required=False, max_length=200, help_text="Instead of a tool: a middleware's asks.")
+    deadline_minutes = forms.IntegerField(min_value=1, label="deadline (minutes after the ask opens)")
+    on_timeout = forms.ChoiceField(choices=[("decline", "decline"), ("approve", "approve")], label="at the deadline")
+    note = forms.CharField(required=False, max_length=2000, help_text="What the agent is told with the default.")
+    escalation = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One step a line: after 10 min notify on-call.",
+    )

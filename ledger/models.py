@@ -527,6 +527,15 @@ class WebhookDelivery(models.Model):
         DELIVERED = "delivered"
         FAILED = "failed"
 
+    class Kind(models.TextChoices):
+        DECISION = "decision", "decision to the agent host"
+        NOTIFICATION = "notification"
+
+    class Event(models.TextChoices):
+        ASK_OPENED = "ask_opened", "new ask"
+        DEADLINE_NEAR = "deadline_near", "deadline approaching"
+        ESCALATION = "escalation"
+
     ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="deliveries")
     # Where the latest attempt went. Each attempt goes to the endpoint's URL of the moment (so a
     # corrected URL reaches pending deliveries) and logs its own; until the first, the URL of the
@@ -540,10 +549,31 @@ class WebhookDelivery(models.Model):
     # worker killed) delays a delivery, never drops it. `lease_until` marks one attempt in flight.
     next_attempt_at = models.DateTimeField(db_default=Now())
     lease_until = models.DateTimeField(null=True, blank=True)
+    # A notification to people (ledger.asks.notifications) rides the same outbox as the decision
+    # to the agent host: the same backoff, lease and logged attempts. `url` is then the channel's
+    # URL or `mailto:` the person's address.
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DECISION, db_default=Kind.DECISION)
+    channel = models.ForeignKey(
+        "NotificationChannel", on_delete=models.CASCADE, null=True, blank=True, related_name="deliveries"
+    )
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    event = models.CharField(max_length=16, choices=Event.choices, blank=True, default="", db_default="")
+    # The escalation step it tells of (0 for the other events): each is sent once per recipient.
+    step = models.SmallIntegerField(default=0, db_default=0)
 
     class Meta:
         verbose_name_plural = "webhook deliveries"
-        constraints = [models.UniqueConstraint(fields=["ask"], name="one_delivery_per_ask")]
+        constraints = [
+            models.UniqueConstraint(fields=["ask"], name="one_delivery_per_ask", condition=models.Q(kind="decision")),
+            models.UniqueConstraint(
+                fields=["ask", "event", "step", "channel", "recipient"],
+                name="one_notification_each",
+                condition=models.Q(kind="notification"),
+                nulls_distinct=False,
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["next_attempt_at"],
@@ -839,3 +869,96 @@ class RollupRunCost(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.cost_usd}"
+
+
+class NotificationChannel(models.Model):
+    """Where a project's people are told of its asks: an email list, a Slack-compatible incoming
+    webhook or a generic signed JSON webhook. Its name is what escalation steps notify."""
+
+    class Kind(models.TextChoices):
+        EMAIL = "email"
+        SLACK = "slack", "Slack-compatible webhook"
+        WEBHOOK = "webhook", "signed JSON webhook"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="notification_channels")
+    name = models.CharField(max_length=60)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # Email addresses, comma-separated, or the webhook's URL.
+    target = models.TextField()
+    secret = models.CharField(max_length=64)
+    on_new_ask = models.BooleanField(default=True)
+    on_deadline = models.BooleanField(default=True)
+    # Off: a message carries the agent, tool and question only, never the call's arguments.
+    include_payload = models.BooleanField(default=False)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="notification_channel_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class NotificationPreference(models.Model):
+    """What one person wants emailed about one project's asks (their settings page)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    on_new_ask = models.BooleanField(default=False)
+    on_deadline = models.BooleanField(default=False)
+    on_escalation = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "project"], name="notification_preference_once")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} on {self.project_id}"
+
+
+class DeadlineRule(models.Model):
+    """A project's deadline for the asks of one tool (or of one middleware's asks) that carry none
+    of their own, its escalation steps, and the default the deadline applies."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="deadline_rules")
+    # Exactly one of the two: a tool's name, or a middleware's name as its asks carry it.
+    tool_name = models.TextField(blank=True, default="")
+    middleware = models.TextField(blank=True, default="")
+    deadline_minutes = models.PositiveIntegerField()
+    on_timeout = models.CharField(max_length=8, choices=Ask.OnTimeout.choices, default=Ask.OnTimeout.DECLINE)
+    note = models.TextField(blank=True, default="")
+    # [{"afterMinutes": 10, "notify": "<channel name>"}, …], in order, each before the deadline.
+    escalation = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "tool_name", "middleware"], name="deadline_rule_once"),
+            models.CheckConstraint(
+                condition=(models.Q(tool_name="") & ~models.Q(middleware=""))
+                | (~models.Q(tool_name="") & models.Q(middleware="")),
+                name="deadline_rule_one_target",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name or self.middleware}: {self.deadline_minutes} min"
+
+
+class AskEscalation(models.Model):
+    """The deadline rule an ask was opened under, as it was then (a later edit of the rule does
+    not move the deadline of an ask already waiting), and how far its escalation has gone."""
+
+    ask = models.OneToOneField(Ask, on_delete=models.CASCADE, related_name="escalation")
+    rule = models.ForeignKey(DeadlineRule, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    note = models.TextField(blank=True, default="")
+    steps = models.JSONField(default=list)
+    next_step = models.SmallIntegerField(default=0)
+    # When the next step is due; NULL once every step has been taken.
+    next_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["next_at"], name="escalation_due", condition=models.Q(next_at__isnull=False))]
+
+    def __str__(self) -> str:
+        return f"escalation of ask {self.ask_id}: step {self.next_step}"

@@ -5,8 +5,8 @@ import contextlib
 from celery import shared_task
 from django.db import connection
 
+from ledger.asks import deadline_rules, notifications, webhooks
 from ledger.asks import services as asks
-from ledger.asks import webhooks
 from ledger.audits import integrity
 from ledger.explorer import search
 from ledger.overview import services as overview
@@ -64,3 +64,19 @@ def runs_retention_pass() -> int:
 @shared_task(acks_late=True)
 def rollups_fold_pending() -> int:
     return overview.rollups_fold_pending().records
+
+
+@shared_task(acks_late=True)
+def notifications_send_for_ask(ask_id: int) -> int:
+    """The fast path of an ask's messages; the sweep retries what fails."""
+    return notifications.notifications_send_for_ask(ask_id=ask_id)
+
+
+@shared_task(acks_late=True)
+def notifications_send_due() -> int:
+    return notifications.notifications_send_due()
+
+
+@shared_task(acks_late=True)
+def escalations_run() -> int:
+    return deadline_rules.escalations_run()

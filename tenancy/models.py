@@ -102,6 +102,10 @@ class AdminChange(models.Model):
         RUN_RETENTION_CHANGED = "run_retention_changed", "Run retention changed"
         RUN_HOLD_PLACED = "run_hold_placed", "Run hold placed"
         RUN_HOLD_RELEASED = "run_hold_released", "Run hold released"
+        CHANNEL_SET = "notification_channel_set", "Notification channel set"
+        CHANNEL_REMOVED = "notification_channel_removed", "Notification channel removed"
+        DEADLINE_RULE_SET = "deadline_rule_set", "Deadline rule set"
+        DEADLINE_RULE_REMOVED = "deadline_rule_removed", "Deadline rule removed"
 
     # No index of its own: the (project, -id) index below serves lookups by project too.
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="admin_changes", db_index=False)

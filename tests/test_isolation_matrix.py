@@ -501,6 +501,7 @@ def _upload(t: Target) -> dict[str, Any]:
 AUDITOR, APPROVER, ADMIN = Membership.Role.AUDITOR, Membership.Role.APPROVER, Membership.Role.ADMIN
 DECLINE = {"decision": "decline"}
 KEEP_90_DAYS = {"keep_days": "90"}
+CHANNEL = {"action": "channel-set", "name": "ops", "kind": "email", "target": "ops@example.com", "on_new_ask": "on"}
 RETENTION = {"ttl_ms": "", "max_ttl_ms": "60000", "max_bytes_per_scope": "", "max_count_per_scope": "3"}
 EVERY_ROLE = tuple(Membership.Role.values)  # every member of the project may
 LIST = 200  # a list of the caller's own projects: answered, without another project's rows
@@ -602,6 +603,28 @@ PAGES: dict[str, PageCase] = {
         # all: the form refuses the choice (422) exactly as it refuses a project that never existed.
         P("audits:bundle-list", "POST", _no_kwargs, 422, (ADMIN,), (ADMIN, 200), "stored as", _upload, others=200),
         P("audits:bundle-detail", "GET", _bundle, GONE, EVERY_ROLE, (AUDITOR, 200), GLOBEX_RUN),
+        P("asks:inbox-count", "GET", _no_kwargs, LIST, EVERY_ROLE, (APPROVER, 200)),
+        P("asks:notification-settings", "GET", _no_kwargs, LIST, EVERY_ROLE, (APPROVER, 200), "globex"),
+        # Only the caller's own choices, for the projects where they approve: nothing of another's.
+        P("asks:notification-settings", "POST", _no_kwargs, 302, EVERY_ROLE, (APPROVER, 302), others=302),
+        P(
+            "asks:project-notifications",
+            "GET",
+            _project,
+            GONE,
+            (ADMIN,),
+            (ADMIN, 200),
+            "globex / notifications and deadlines",
+        ),
+        P(
+            "asks:project-notifications",
+            "POST",
+            _project,
+            GONE,
+            (ADMIN,),
+            (ADMIN, 302),
+            data=lambda t: CHANNEL,
+        ),
     )
 }
 

@@ -4,13 +4,14 @@ context a person decides on. Scoped by project membership (tenancy.selectors).
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import OuterRef, Q, Subquery, TextField
+from django.db.models import DateTimeField, OuterRef, Q, Subquery, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Cast, Left, Now
+from django.db.models.functions import Cast, Coalesce, Left, Now
 
 from artifacts.models import Artifact
 from artifacts.selectors import ArtifactView, artifact_shown, artifacts_referenced, payload_preview
@@ -40,12 +41,44 @@ def ask_get(*, project: Project, ask_id: int) -> Ask:
 _WAITING_FOR_A_PERSON = Q(status=Ask.Status.OPEN) & (Q(deadline__isnull=True) | Q(deadline__gt=Now()))
 
 
+# An ask without a deadline ranks after every ask with one, oldest first among themselves.
+NO_DEADLINE = datetime(9999, 1, 1, tzinfo=UTC)
+
+
 def inbox_open_asks(*, user: User | AnonymousUser, cursor: str | None = None, limit: int = 25) -> Page[Ask]:
-    """A page of asks waiting for a decision in the user's approver projects, newest first, keyset-paged."""
+    """A page of asks waiting for a decision in the user's approver projects, most urgent first:
+    the nearest deadline first, then the asks without one, oldest first; keyset-paged on
+    (deadline, id), whose cursor (`urgency_cursor`) is the last row's deadline and id."""
     # Project ids first: with a literal list the planner walks the inbox index and stops at the page.
     project_ids = list(approver_projects(user).values_list("id", flat=True))
-    asks = Ask.objects.filter(_WAITING_FOR_A_PERSON, project_id__in=project_ids).select_related("project")
-    return keyset_page(asks.defer("checkpoint", "pause_data", "check_in"), order="-pk", cursor=cursor, limit=limit)
+    asks = (
+        Ask.objects.filter(_WAITING_FOR_A_PERSON, project_id__in=project_ids)
+        .select_related("project")
+        .annotate(urgent_at=Coalesce("deadline", Value(NO_DEADLINE, output_field=DateTimeField())))
+    )
+    after = _decode_urgency(cursor)
+    return keyset_page(
+        asks.defer("checkpoint", "pause_data", "check_in"), order=("urgent_at", "pk"), after=after, limit=limit
+    )
+
+
+def urgency_cursor(page: Page[Ask]) -> str | None:
+    """The inbox's next-page cursor: the last row's (deadline, id), as microseconds and id."""
+    if page.next_after is None:
+        return None
+    urgent_at, pk = page.next_after
+    return f"{int(urgent_at.timestamp() * 1_000_000)}.{pk}"
+
+
+def _decode_urgency(cursor: str | None) -> tuple[datetime, int] | None:
+    """An undecodable cursor restarts the listing rather than failing it."""
+    micros, _, pk = (cursor or "").partition(".")
+    if not (micros.isdigit() and pk.isdigit()):
+        return None
+    try:
+        return datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC), int(pk)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from footprint_site.celery import task_send_on_commit
 from footprint_site.lib.db import session_connection
 from footprint_site.lib.ids import MAX_ID_LENGTH, RUN_ID_RULE, is_plain_id, is_run_id
 from footprint_site.lib.jsonbody import MAX_DEPTH, json_holds_nul
+from ledger.asks import deadline_rules
 from ledger.asks.waits import ask_waiters_wake
 from ledger.exceptions import (
     AskAlreadyDecided,
@@ -256,6 +257,7 @@ def ask_open(
         _supersede_in_session(ask)
         if _close_if_reported_already(ask):
             ask.refresh_from_db()
+        deadline_rules.ask_opened(ask)
         return ask, True
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
     _bar_from_deciding(ask, key)
@@ -543,7 +545,8 @@ def _open_reported(
             existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
         else:
             _supersede_in_session(opened)
-            _close_if_reported_already(opened)
+            if not _close_if_reported_already(opened):
+                deadline_rules.ask_opened(opened)
             return
     _bar_from_deciding(existing, key)
     updates: dict[str, Any] = {}
@@ -804,7 +807,8 @@ def _deadline_decision(ask: Ask) -> dict[str, Any]:
         "approved": ask.on_timeout == Ask.OnTimeout.APPROVE,
         "via": Ask.Via.DEADLINE,
         "by_label": "deadline",
-        "note": f"no decision before the deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC)",
+        "note": deadline_rules.deadline_note(ask)
+        or f"no decision before the deadline ({ask.deadline:%Y-%m-%d %H:%M:%S} UTC)",
     }
 
 

@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from footprint_site.login_redirects import login_required_returning_to
@@ -15,7 +16,7 @@ from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
 from ledger.forms import DecisionForm
-from ledger.models import Ask
+from ledger.models import Ask, WebhookDelivery
 from tenancy.models import Membership
 
 ASKS_PER_PAGE = 25
@@ -33,8 +34,9 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         ask.approving_does = ask_selectors.APPROVING_DOES.get(ask.kind)  # type: ignore[attr-defined]
     context = {
         "asks": page.items,
-        "next_cursor": page.next_cursor,
+        "next_cursor": ask_selectors.urgency_cursor(page),
         "first_page": not request.GET.get("cursor"),
+        "now": timezone.now(),
     }
     template = "asks/inbox.html" + ("#ask-list" if wants_partial(request) else "")
     return render(request, template, context)
@@ -66,7 +68,7 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         "component_template": COMPONENTS.get(component_id) if isinstance(component_id, str) else None,
         "component_json": _pretty(component),
         "evidence": (ask.check_in or {}).get("evidence") if ask.check_in else None,
-        "deliveries": ask.deliveries.prefetch_related("attempt_log"),
+        "deliveries": ask.deliveries.filter(kind=WebhookDelivery.Kind.DECISION).prefetch_related("attempt_log"),
         "approving_does": ask_selectors.APPROVING_DOES.get(ask.kind),
         "unresolved_report": ask_selectors.ask_unresolved_report(ask=ask),
     }
@@ -118,3 +120,10 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
         # badge rides along out of band, counting the ask no more once it is decided.
         return render(request, "asks/ask_detail.html#decision-response", context)
     return render(request, "asks/ask_detail.html", context, status=status)
+
+
+@require_GET
+@login_required
+def inbox_badge(request: HtmxHttpRequest) -> HttpResponse:
+    """The navigation's count of waiting asks, polled by every page while it is visible."""
+    return render(request, "base.html#inbox-badge")

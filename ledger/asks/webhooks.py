@@ -185,6 +185,7 @@ def _sendable(now: datetime) -> QuerySet[WebhookDelivery]:
     in flight. Only the delivery's own columns: see `_claim`."""
     return (
         WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.DELIVERED)
+        .filter(kind=WebhookDelivery.Kind.DECISION)  # notifications have their own sweep
         .filter(next_attempt_at__lte=now, attempts__lt=MAX_ATTEMPTS)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
     )

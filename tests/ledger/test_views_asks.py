@@ -4,10 +4,12 @@ import copy
 import html
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from django.utils.html import escape
 
 from ledger.asks.services import ask_open
@@ -32,7 +34,7 @@ BADGE = re.compile(r'<span id="inbox-count" class="badge"[^>]*>\s*(\d*)\s*</span
 OOB_BADGE = re.compile(r'<span id="inbox-count" class="badge" hx-swap-oob="true">\s*(\d+)\s*</span>')
 CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 DECIDE_FORM = re.compile(r'<form[^>]*action="/asks/\d+/decide/"')
-OLDER_LINK = re.compile(r'<a href="\?cursor=([^"]+)">Older asks</a>')
+OLDER_LINK = re.compile(r'<a href="\?cursor=([^"]+)">Less urgent asks</a>')
 
 
 @pytest.fixture
@@ -166,17 +168,23 @@ def test_pages_project_admin_decides_like_an_approver(django_user_model: Any, pr
 # The inbox
 
 
-def test_inbox_lists_open_asks_newest_first(approver_client: Client, project: Project, other_project: Project) -> None:
+def test_inbox_lists_open_asks_most_urgent_first(
+    approver_client: Client, project: Project, other_project: Project
+) -> None:
+    """The nearest deadline first, then the asks without one, oldest first."""
     first = _plain(project, "q1", "First question")
     second = _plain(project, "q2", "Second question")
     third = _plain(project, "q3", "Third question")
     decided = _plain(project, "q4", "Decided already")
     Ask.objects.filter(pk=decided.pk).update(status=Ask.Status.DECIDED, decided_at=decided.created_at, approved=True)
     _plain(other_project, "q5", "Not this project")
+    Ask.objects.filter(pk=third.pk).update(deadline=timezone.now() + timedelta(minutes=5))
+    Ask.objects.filter(pk=second.pk).update(deadline=timezone.now() + timedelta(hours=2))
 
     page = _html(approver_client.get("/inbox/"))
 
     assert _rows(page) == [third.pk, second.pk, first.pk]
+    assert "in 4\xa0minutes" in page or "in 5\xa0minutes" in page
     assert "Decided already" not in page
     assert "Not this project" not in page
     assert "<html" in page
@@ -194,7 +202,7 @@ def test_inbox_htmx_returns_rows_and_the_out_of_band_badge(approver_client: Clie
     assert "<html" not in partial
     assert "<table" not in partial
     assert "<thead" not in partial
-    assert _rows(partial) == [asks[1].pk, asks[0].pk]
+    assert _rows(partial) == [asks[0].pk, asks[1].pk]
     assert OOB_BADGE.search(partial).group(1) == "2"
     assert "HX-Request" in response["Vary"]
 
@@ -218,19 +226,19 @@ def test_inbox_pages_with_a_cursor_and_constant_queries(
     approver_client: Client, project: Project, django_assert_max_num_queries: Any
 ) -> None:
     asks = [_plain(project, f"q{n}", f"Question {n}") for n in range(30)]
-    newest_first = [a.pk for a in reversed(asks)]
+    most_urgent_first = [a.pk for a in asks]  # none has a deadline: the oldest first
 
     with django_assert_max_num_queries(MAX_QUERIES):
         page = _html(approver_client.get("/inbox/"))
     with django_assert_max_num_queries(MAX_QUERIES):
         partial = _html(approver_client.get("/inbox/", HTTP_HX_REQUEST="true"))
 
-    assert _rows(page) == newest_first[:25]
-    assert _rows(partial) == newest_first[:25]
+    assert _rows(page) == most_urgent_first[:25]
+    assert _rows(partial) == most_urgent_first[:25]
     cursor = OLDER_LINK.search(page).group(1)
     with django_assert_max_num_queries(MAX_QUERIES):
         older = _html(approver_client.get(f"/inbox/?cursor={cursor}"))
-    assert _rows(older) == newest_first[25:]
+    assert _rows(older) == most_urgent_first[25:]
     assert not OLDER_LINK.search(older)
     assert 'hx-trigger="every 5s' in page
     assert 'hx-trigger="every 5s' not in older  # later pages stay put

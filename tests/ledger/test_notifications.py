@@ -1,0 +1,216 @@
+"""Notifications of asks: channels, people's choices, messages read back from a real SMTP server
+and webhook receiver, and the outbox's retries when the mail server is down."""
+
+from datetime import timedelta
+from typing import Any
+
+import orjson
+import pytest
+from django.utils import timezone
+
+from ledger.asks import notifications, webhooks
+from ledger.asks.notifications import NotificationInvalid
+from ledger.models import Ask, NotificationChannel, WebhookAttempt, WebhookDelivery
+from tenancy.models import AdminChange, Membership, Project
+from tests.conftest import ApiClient, person
+from tests.http_receiver import url_of, webhook_receiver
+from tests.ledger.ask_helpers import open_ask, plain_body
+from tests.smtp_server import free_port, smtp_server
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def smtp(settings: Any) -> Any:
+    with smtp_server() as (mailbox, port):
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        settings.FOOTPRINT_PUBLIC_URL = "https://ledger.example"
+        yield mailbox
+
+
+def _notifications(ask_id: int) -> Any:
+    return WebhookDelivery.objects.filter(ask_id=ask_id, kind=WebhookDelivery.Kind.NOTIFICATION)
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "field"),
+    [
+        ("email", "not-an-address", "target: 'not-an-address' is not an email address."),
+        ("email", "", "target: an email channel needs at least one address"),
+        ("slack", "http://hooks.example/T1", "target: a webhook channel's URL must be https; plain http"),
+        ("webhook", "ftp://hooks.example/x", "target: a webhook channel's URL must be https with a host"),
+        ("pager", "https://hooks.example/x", "kind: one of email, slack, webhook"),
+    ],
+)
+def test_channel_set_refuses_bad_input_naming_the_field(project: Project, kind: str, target: str, field: str) -> None:
+    with pytest.raises(NotificationInvalid) as refused:
+        notifications.notification_channel_set(project=project, name="on-call", kind=kind, target=target)
+    assert field in refused.value.message
+    assert not NotificationChannel.objects.exists()
+
+
+def test_channel_set_refuses_a_name_steps_could_not_name(project: Project) -> None:
+    with pytest.raises(NotificationInvalid, match=r"^name: "):
+        notifications.notification_channel_set(project=project, name="On Call!", kind="email", target="a@b.example")
+
+
+def test_channel_set_allows_http_only_to_a_host_the_administrator_lists(project: Project, settings: Any) -> None:
+    settings.FOOTPRINT_NOTIFY_HTTP_HOSTS = ["127.0.0.1"]
+    channel = notifications.notification_channel_set(
+        project=project, name="chat", kind="slack", target="http://127.0.0.1:9/hook"
+    )
+    assert channel.target == "http://127.0.0.1:9/hook"
+    with pytest.raises(NotificationInvalid, match="must be https"):
+        notifications.notification_channel_set(project=project, name="chat2", kind="slack", target="http://x.example/")
+
+
+def test_a_new_ask_is_emailed_with_agent_tool_question_and_link_and_no_decision(
+    project: Project, agent_client: ApiClient, smtp: Any
+) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    ask = open_ask(agent_client, plain_body())
+    assert _notifications(ask["id"]).count() == 1
+    assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 1
+    (message,) = smtp.messages
+    body = message.get_content()
+    assert message["To"] == "oncall@example.com"
+    assert "ask_user" in message["Subject"]
+    assert "Question: Region?" in body
+    assert "Tool: ask_user" in body
+    assert f"https://ledger.example/asks/{ask['id']}/" in body
+    assert "/decide" not in body
+    assert "Arguments" not in body
+    delivery = _notifications(ask["id"]).get()
+    assert delivery.status == WebhookDelivery.Status.DELIVERED
+    assert delivery.attempt_log.get().error == ""
+
+
+def test_a_person_who_chose_new_asks_is_emailed_and_an_auditor_may_not_choose(
+    project: Project, agent_client: ApiClient, django_user_model: Any, smtp: Any
+) -> None:
+    approver = person(django_user_model, "dora", project, Membership.Role.APPROVER)
+    approver.email = "dora@example.com"
+    approver.save()
+    auditor = person(django_user_model, "erin", project, Membership.Role.AUDITOR)
+    auditor.email = "erin@example.com"
+    auditor.save()
+    notifications.notification_preference_set(
+        user=approver, project=project, on_new_ask=True, on_deadline=False, on_escalation=False
+    )
+    with pytest.raises(NotificationInvalid, match=r"^project: "):
+        notifications.notification_preference_set(
+            user=auditor, project=project, on_new_ask=True, on_deadline=True, on_escalation=True
+        )
+    ask = open_ask(agent_client, plain_body())
+    notifications.notifications_send_for_ask(ask_id=ask["id"])
+    assert [m["To"] for m in smtp.messages] == ["dora@example.com"]
+
+
+def test_mail_server_down_the_message_waits_in_the_outbox_and_is_delivered_later(
+    project: Project, agent_client: ApiClient, settings: Any
+) -> None:
+    port = free_port()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    ask = open_ask(agent_client, plain_body())
+    assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 0
+    delivery = _notifications(ask["id"]).get()
+    assert delivery.status == WebhookDelivery.Status.FAILED
+    assert "mail server" in delivery.attempt_log.get().error
+    # Before its backoff has passed the sweep leaves it alone.
+    assert notifications.notifications_send_due() == 0
+    with smtp_server(port) as (mailbox, _):
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+        assert notifications.notifications_send_due() == 1
+        assert len(mailbox.messages) == 1
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (WebhookDelivery.Status.DELIVERED, 2)
+    assert WebhookAttempt.objects.filter(delivery=delivery).count() == 2
+
+
+def test_slack_and_generic_channels_get_signed_json_and_payload_only_where_allowed(
+    project: Project, agent_client: ApiClient, settings: Any
+) -> None:
+    settings.FOOTPRINT_NOTIFY_HTTP_HOSTS = ["127.0.0.1"]
+    with webhook_receiver() as receiver:
+        slack = notifications.notification_channel_set(
+            project=project, name="chat", kind="slack", target=url_of(receiver, "/slack")
+        )
+        generic = notifications.notification_channel_set(
+            project=project, name="ops", kind="webhook", target=url_of(receiver, "/generic"), include_payload=True
+        )
+        ask = open_ask(agent_client, plain_body())
+        assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 2
+    by_path = {path: (headers, body) for path, headers, body in receiver.received}
+    headers, body = by_path["/slack"]
+    assert headers["X-Footprint-Signature"] == webhooks.signature(slack.secret, body)
+    text = orjson.loads(body)["text"]
+    assert "Region?" in text
+    assert "ask_user" in text
+    headers, body = by_path["/generic"]
+    assert headers["X-Footprint-Signature"] == webhooks.signature(generic.secret, body)
+    fields = orjson.loads(body)
+    assert fields["event"] == "ask_opened"
+    assert fields["question"] == "Region?"
+    assert "args" in fields
+
+
+def test_the_decisions_webhook_sweep_leaves_notifications_to_their_own(
+    project: Project, agent_client: ApiClient, settings: Any
+) -> None:
+    settings.FOOTPRINT_NOTIFY_HTTP_HOSTS = ["127.0.0.1"]
+    with webhook_receiver() as receiver:
+        webhooks.webhook_endpoint_set(project=project, url=url_of(receiver))
+        notifications.notification_channel_set(project=project, name="chat", kind="slack", target=url_of(receiver))
+        ask = open_ask(agent_client, plain_body())
+        assert webhooks.webhooks_send_due() == 0
+        assert receiver.received == []
+    assert Ask.objects.get(pk=ask["id"]).status == Ask.Status.OPEN
+
+
+def test_queued_twice_a_message_is_written_once(project: Project, agent_client: ApiClient) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    ask = open_ask(agent_client, plain_body())
+    notifications.notifications_queue(ask=Ask.objects.get(pk=ask["id"]), event=WebhookDelivery.Event.ASK_OPENED)
+    assert _notifications(ask["id"]).count() == 1
+
+
+def test_channel_changes_are_recorded_as_admin_changes_without_the_secret(project: Project) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="a@example.com")
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="b@example.com")
+    notifications.notification_channel_delete(project=project, name="on-call")
+    assert not notifications.notification_channel_delete(project=project, name="on-call")
+    changes = AdminChange.objects.filter(project=project, target_type="notification_channel").order_by("id")
+    assert [c.action for c in changes] == [
+        AdminChange.Action.CHANNEL_SET,
+        AdminChange.Action.CHANNEL_SET,
+        AdminChange.Action.CHANNEL_REMOVED,
+    ]
+    assert (changes[1].before["target"], changes[1].after["target"]) == ("a@example.com", "b@example.com")
+    assert all("secret" not in str(c.after) for c in changes)
+
+
+def test_opening_an_ask_queues_its_messages_first_attempt_after_the_commit(
+    project: Project, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from footprint_site.celery import app
+    from ledger.asks.services import ask_open
+
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    sent: list[tuple[str, Any]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, args: sent.append((name, args)))
+    with django_capture_on_commit_callbacks(execute=True):
+        ask, _ = ask_open(
+            project=project,
+            key=None,
+            run_id="run-queued",
+            session_id=None,
+            pause_data={"toolCallId": "t1", "toolName": "ask_user", "question": "Region?"},
+            checkpoint=None,
+            deadline=None,
+            on_timeout="decline",
+        )
+    assert sent == [("ledger.tasks.notifications_send_for_ask", (ask.pk,))]
+    assert _notifications(ask.pk).get().status == WebhookDelivery.Status.PENDING
