@@ -102,6 +102,12 @@ class AdminChange(models.Model):
         RUN_RETENTION_CHANGED = "run_retention_changed", "Run retention changed"
         RUN_HOLD_PLACED = "run_hold_placed", "Run hold placed"
         RUN_HOLD_RELEASED = "run_hold_released", "Run hold released"
+        APPROVER_GROUP_CREATED = "approver_group_created", "Approver group created"
+        APPROVER_ADDED = "approver_added", "Approver added to a group"
+        APPROVER_REMOVED = "approver_removed", "Approver removed from a group"
+        APPROVAL_RULE_ADDED = "approval_rule_added", "Approval rule added"
+        APPROVAL_RULE_REMOVED = "approval_rule_removed", "Approval rule removed"
+        STANDING_LIMITS_CHANGED = "standing_limits_changed", "Standing approval limits changed"
 
     # No index of its own: the (project, -id) index below serves lookups by project too.
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="admin_changes", db_index=False)
