@@ -14,6 +14,7 @@ import copy
 import re
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import timedelta
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import urlencode
@@ -27,10 +28,11 @@ from django.db import connection
 from django.http import HttpResponse
 from django.test import Client
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+from django.utils import timezone
 
 from artifacts.models import ArtifactHold, ArtifactStore
 from artifacts.scopes import scope_header
-from ledger.models import Ask, AuditBundle, Refusal, RunHold, RunTombstone
+from ledger.models import Ask, AuditBundle, Refusal, RunHold, RunTombstone, StandingApproval
 from tenancy.models import AgentKey, Membership, Project
 from tenancy.services import agent_key_create
 from tests.conftest import load_fixture, numbered_per_run, person
@@ -408,6 +410,20 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
             archive_location=f"file:///nowhere/{project.slug}.audit.json",
             archive_sha256="0" * 64,
             archive_bytes=1,
+        )
+
+    for project, ask_id, grantor, account in (
+        (acme, acme_ask, "outsider", "ACC-900"),
+        (globex, globex_ask, "approver", f"{MARK}account"),
+    ):
+        StandingApproval.objects.create(
+            project=project,
+            tool_name="transfer",
+            pattern={"account": account},
+            source_ask_id=ask_id,
+            granted_by=people[grantor],
+            granted_by_label=people[grantor].get_username(),
+            expires_at=timezone.now() + timedelta(days=1),
         )
 
     far = 1_000_000_000

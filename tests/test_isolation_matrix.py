@@ -215,6 +215,11 @@ def _otlp_run_in_acme(world: World, body: Any) -> str | None:
     return None if world.acme.runs.filter(source="otlp").count() == 1 else "no otlp run stored in acme"
 
 
+def _only_acme_standing(world: World, body: Any) -> str | None:
+    shown = orjson.dumps(body).decode()
+    return None if MARK not in shown and len(body["standingApprovals"]) == 1 else f"listed {shown[:300]}"
+
+
 MARKED_TRACES = OTLP_TRACES.replace(b"order-desk-svc", f"{MARK}svc".encode())
 
 API_OPERATIONS: dict[str, ApiCase] = {
@@ -301,6 +306,13 @@ API_OPERATIONS: dict[str, ApiCase] = {
         control=200,
         shows='"decided"',
         rightful="globex integration",  # globex's key opened the ask: it may not decide it
+    ),
+    "GET /api/v1/standing-approvals": ApiCase(
+        scope="read",
+        call=lambda t: Call("GET", "/api/v1/standing-approvals"),
+        foreign=OwnProject(200, _only_acme_standing),
+        control=200,
+        shows=MARK,
     ),
     "POST /api/v1/audit-bundles": ApiCase(
         scope="ingest",

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 
 from ledger.asks.approver_rules import conditions_match, pattern_match
@@ -153,6 +153,20 @@ def standing_approval_list(*, project: Project, in_force: bool = True) -> QueryS
     if in_force:
         return standing.filter(revoked_at__isnull=True, expires_at__gt=Now()).order_by("expires_at", "pk")
     return standing.order_by("-pk")
+
+
+MAX_IN_FORCE_LISTED = 200
+
+
+def standing_approvals_in_force_counted(*, project: Project) -> list[tuple[StandingApproval, int]]:
+    """The standing approvals in force (at most MAX_IN_FORCE_LISTED), each with the number of asks
+    it decided since it was granted."""
+    standing = list(
+        standing_approval_list(project=project).annotate(
+            decided=Count("asks", filter=Q(asks__decided_via=Ask.Via.STANDING))
+        )[:MAX_IN_FORCE_LISTED]
+    )
+    return [(s, s.decided) for s in standing]  # type: ignore[attr-defined]
 
 
 def standing_approval_decisions(*, standing: StandingApproval, limit: int = 20) -> list[Ask]:
