@@ -14,7 +14,17 @@ Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production setti
    a raw SELECT of the same page on one psycopg connection. Times are measured by the client over
    keep-alive loopback; that is server time plus well under a millisecond of HTTP.
 
-3. Notifications. BENCH_NOTIFICATIONS (2,000) email notifications are queued in the outbox and a
+3. A standing approval decides. An approver grants one from an ask's page ("approve this and the
+   same calls for 60 minutes", amounts 0 to 1000 to one account, any agent); then for BENCH_ASKS asks
+   the agent opens a covered ask and long-polls its decision. Latency runs from just before the
+   POST /api/v1/asks to the poll's last byte (the decision is made while the ask opens). Baseline:
+   the same two calls for an ask of a tool no standing approval covers (the poll asks ?wait=0 and
+   hears "open").
+4. A quorum completes. A rule asks 2 different people of group treasury for `transfer_large`; for
+   BENCH_ASKS asks the first approver approves through the page (recorded, nothing reaches the
+   agent), then the second; latency runs from just before the second approval to the waiter's
+   last byte, against the same baseline as part 1.
+5. Notifications. BENCH_NOTIFICATIONS (2,000) email notifications are queued in the outbox and a
    worker process sends them all to a local SMTP server (aiosmtpd), while POST /api/v1/events is
    timed (BENCH_INGEST_REQUESTS, 300, of 20 events); the same POSTs timed before, with nothing sent,
    are the baseline. Prints the emails sent per second and ingestion's p99 beside against alone.
@@ -59,6 +69,19 @@ INGEST_REQUESTS = int(os.environ.get("BENCH_INGEST_REQUESTS", "300"))
 INGEST_EVENTS = 20
 WARMUP, PAGE = 10, 25  # PAGE: the inbox's ASKS_PER_PAGE (ledger/asks/views.py)
 USER, PASSWORD = "bench-approver", secrets.token_urlsafe(16)
+SECOND_USER = "bench-approver-2"  # the quorum's second person (same password)
+ACCOUNT = "DE89 3704 0044 0532 0130 00"
+WHO_DECIDES = f"""
+from ledger.asks.approvers import approval_rule_create, approver_group_create, approver_group_member_add
+from ledger.asks.approvers import standing_limits_set
+from tenancy.models import Project
+project = Project.objects.get(slug="bench")
+standing_limits_set(project=project, max_minutes=60, allow_any_agent=True)
+group = approver_group_create(project=project, name="treasury")
+for name in ({USER!r}, {SECOND_USER!r}):
+    approver_group_member_add(group=group, username=name)
+approval_rule_create(project=project, tool_name="transfer_large", group_name="treasury", quorum=2, conditions="")
+"""
 
 # Each ask in its own session: a session holds at most one open ask (ledger.asks.services).
 FILL_INBOX = """
@@ -148,12 +171,12 @@ class Waiter(threading.Thread):
         self.client.conn.close()
 
 
-def log_in() -> Client:
+def log_in(user: str = USER) -> Client:
     """The approver signs in through the login form (CSRF cookie + token, as a browser does)."""
     page = Client()
     form = expect(*page.call("GET", "/accounts/login/")[:2], 200, "login page").decode()
     token = form.split('name="csrfmiddlewaretoken" value="', 1)[1].split('"', 1)[0]
-    credentials = {"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token}
+    credentials = {"username": user, "password": PASSWORD, "csrfmiddlewaretoken": token}
     expect(*page.call("POST", "/accounts/login/", credentials)[:2], 302, "sign-in")
     return page
 
@@ -185,6 +208,65 @@ def decide_once(agent: Client, integration: Client, page: Client, key: str, n: i
     base_s = agent.call("GET", f"/api/v1/asks/{ask_id}/decision?wait=0")[2]  # timed on a warm connection
     return {"latency": waiter.done - started, "post": post_s, "after_post": waiter.done - started - post_s,
             "baseline": base_s, "healthz": agent.call("GET", "/healthz")[2]}  # fmt: skip
+
+
+def open_transfer(agent: Client, tool: str, n: int, amount: int) -> tuple[int, float]:
+    """Open an ask on `tool` whose paused arguments are known (the checkpoint's); its id and the POST's time."""
+    pause = {"toolCallId": f"{tool}-{n}", "toolName": tool, "ask": {"question": f"Send {amount} EUR?"}}
+    checkpoint = {"sharedState": {"pausedAskArgs": {"amount": amount, "to": ACCOUNT}}}
+    body = orjson.dumps({"runId": f"bench-{tool}-{n}", "pauseData": pause, "checkpoint": checkpoint})
+    status, data, seconds = agent.call("POST", "/api/v1/asks", body)
+    return orjson.loads(expect(status, data, 201, f"open {tool} ask"))["ask"]["id"], seconds
+
+
+def grant_standing(agent: Client, page: Client) -> None:
+    """The approver approves one small transfer and the same calls for the next 60 minutes."""
+    ask_id, _ = open_transfer(agent, "transfer_small", -1, 10)
+    pattern = orjson.dumps({"amount": {"min": 0, "max": 1000}, "to": ACCOUNT}).decode()
+    form = {"minutes": "60", "pattern": pattern, "agent": "any", "csrfmiddlewaretoken": page.cookies["csrftoken"]}
+    expect(*page.call("POST", f"/asks/{ask_id}/standing/", form)[:2], 302, "grant a standing approval")
+
+
+def standing_once(agent: Client, n: int) -> dict[str, float]:
+    """A covered ask opened and polled (decided as it opened), then the baseline: an uncovered one."""
+    started = time.perf_counter()
+    ask_id, open_s = open_transfer(agent, "transfer_small", n, n % 1000)
+    status, data, _ = agent.call("GET", f"/api/v1/asks/{ask_id}/decision?wait=30")
+    latency = time.perf_counter() - started
+    answer = orjson.loads(expect(status, data, 200, f"poll covered ask {ask_id}"))
+    if answer.get("status") != "decided" or "standing approval" not in answer["decision"].get("note", ""):
+        raise RuntimeError(f"ask {ask_id} was not decided by the standing approval: {answer}")
+    started = time.perf_counter()
+    other, _ = open_transfer(agent, "transfer_other", n, n % 1000)
+    status, data, _ = agent.call("GET", f"/api/v1/asks/{other}/decision?wait=0")
+    baseline = time.perf_counter() - started
+    if orjson.loads(expect(status, data, 200, f"poll uncovered ask {other}")).get("status") != "open":
+        raise RuntimeError(f"uncovered ask {other} was decided")
+    return {"latency": latency, "open": open_s, "baseline": baseline}
+
+
+def quorum_once(agent: Client, first: Client, second: Client, key: str, n: int) -> dict[str, float]:
+    """Two approvals of a `transfer_large` ask while the agent long-polls; timed from the second."""
+    ask_id, _ = open_transfer(agent, "transfer_large", n, 5000)
+    waiter = Waiter(key, ask_id)
+    waiter.start()
+    waiter.sent.wait(10)
+    time.sleep(SETTLE_S)
+    times = {}
+    for name, page in (("first_post", first), ("second_post", second)):
+        form = {"decision": "approve", "note": "", "csrfmiddlewaretoken": page.cookies["csrftoken"]}
+        if name == "second_post":
+            started = time.perf_counter()
+        status, data, times[name] = page.call("POST", f"/asks/{ask_id}/decide/", form, **{"HX-Request": "true"})
+        expect(status, data, 200, f"{name} on ask {ask_id}")
+        if name == "first_post" and waiter.done:
+            raise RuntimeError(f"ask {ask_id}: the agent heard a decision after one approval of two")
+    waiter.join(35)
+    answer = orjson.loads(expect(waiter.status, waiter.data, 200, f"long-poll of ask {ask_id}"))
+    if answer.get("status") != "decided" or " and " not in answer["decision"]["by"]:
+        raise RuntimeError(f"long-poll of ask {ask_id} answered {answer}")
+    baseline = agent.call("GET", f"/api/v1/asks/{ask_id}/decision?wait=0")[2]
+    return {"latency": waiter.done - started, **times, "baseline": baseline}
 
 
 def fill_inbox(db: psycopg.Connection) -> int:
@@ -325,9 +407,10 @@ def main() -> None:
     key = common.manage(env, "create_agent_key", "--project", "bench", "--scopes", "ingest", "asks", "read")
     key = key.split()[-1]
     decide_key = common.manage(env, "create_agent_key", "--project", "bench", "--scopes", "decide").split()[-1]
-    create = f"from django.contrib.auth.models import User; User.objects.create_user({USER!r}, password={PASSWORD!r})"
-    common.manage(env, "shell", "-c", create)  # a plain user: the inbox goes through its membership
-    common.manage(env, "grant_role", "--user", USER, "--project", "bench", "--role", "approver")
+    for user in (USER, SECOND_USER):  # plain users: the inbox goes through their membership
+        create = f"User.objects.create_user({user!r}, password={PASSWORD!r})"
+        common.manage(env, "shell", "-c", f"from django.contrib.auth.models import User; {create}")
+        common.manage(env, "grant_role", "--user", user, "--project", "bench", "--role", "approver")
 
     server = common.start_gunicorn(env)
     try:
@@ -344,6 +427,21 @@ def main() -> None:
             for via in ("page", "api"):  # interleaved: both paths see the same machine
                 rounds[via].append(decide_once(agent, integration, page, key, n, via))
         stolen = {"decisions": round(steal() - stolen, 2)}
+        for tool in ("transfer_small", "transfer_large", "transfer_other"):  # tools a rule may name
+            open_transfer(agent, tool, -100, 1)
+        common.manage(env, "shell", "-c", WHO_DECIDES)
+        grant_standing(agent, page)
+        second_page = log_in(SECOND_USER)
+        for n in range(WARMUP):
+            standing_once(agent, -n - 10)
+            quorum_once(agent, page, second_page, key, -n - 10)
+        print(f"Opening {ASKS} asks a standing approval decides, and {ASKS} decided by a quorum of two…", flush=True)
+        stolen["who_decides"] = steal()
+        who_decides: dict[str, list[dict[str, float]]] = {"standing": [], "quorum": []}
+        for n in range(ASKS):
+            who_decides["standing"].append(standing_once(agent, n))
+            who_decides["quorum"].append(quorum_once(agent, page, second_page, key, n))
+        stolen["who_decides"] = round(steal() - stolen["who_decides"], 2)
         print(f"Inserting {OPEN_ASKS:,} open asks…", flush=True)
         with psycopg.connect(common.DATABASE_URL, autocommit=True) as db:
             oldest = fill_inbox(db)
@@ -361,6 +459,12 @@ def main() -> None:
         via: {field: summary([r[field] for r in rs]) for field in rs[0]} for via, rs in rounds.items()
     }  # fmt: skip
     pages = {name: summary(seconds) for name, seconds in inbox.items()}
+    decided_by = {
+        how: {field: summary([r[field] for r in rs]) for field in rs[0]} for how, rs in who_decides.items()
+    }  # fmt: skip
+    for d in decided_by.values():
+        d["ratio_p50"] = round(d["latency"]["p50_ms"] / d["baseline"]["p50_ms"], 2)
+        d["ratio_p99"] = round(d["latency"]["p99_ms"] / d["baseline"]["p99_ms"], 2)
     for d in decisions.values():
         d["ratio_p50"] = round(d["latency"]["p50_ms"] / d["baseline"]["p50_ms"], 2)
         d["ratio_p99"] = round(d["latency"]["p99_ms"] / d["baseline"]["p99_ms"], 2)
@@ -375,7 +479,7 @@ def main() -> None:
     result = {
         "notifications": notified,
         "asks_per_path": ASKS, "settle_ms": SETTLE_S * 1000, "decisions": decisions,
-        "open_asks": OPEN_ASKS, "inbox_requests": REQUESTS, "inbox": pages,
+        "open_asks": OPEN_ASKS, "inbox_requests": REQUESTS, "inbox": pages, "decided_by": decided_by,
         "web_workers": workers, "web_threads": int(env.get("WEB_THREADS", "4")), "cpu_steal_s": stolen,
         "machine": common.machine(), "database_url": common.DATABASE_URL,
     }  # fmt: skip
@@ -392,6 +496,18 @@ def main() -> None:
     out += row("baseline GET ?wait=0", decisions["page"]["baseline"], "  (decided ask, keep-alive)")
     out += row("GET /healthz", decisions["page"]["healthz"])
     out += "\n  aim: decision → poll p99 < 200 ms"
+    standing, quorum = decided_by["standing"], decided_by["quorum"]
+    out += f"\n\nWho decides ({ASKS} asks each)"
+    out += row("standing: open → decided", standing["latency"],
+               f"  ({standing['ratio_p50']}x / {standing['ratio_p99']}x an uncovered ask's open + poll)")  # fmt: skip
+    out += row("  its POST /asks", standing["open"])
+    out += row("  uncovered: open + poll", standing["baseline"], "  (baseline)")
+    out += "\n  aim: standing approval → waiting agent p99 < 50 ms"
+    out += row("quorum: 2nd approval → poll", quorum["latency"],
+               f"  ({quorum['ratio_p50']}x / {quorum['ratio_p99']}x baseline)")  # fmt: skip
+    out += row("  1st approval POST", quorum["first_post"], "  (recorded; nothing reaches the agent)")
+    out += row("  2nd approval POST", quorum["second_post"])
+    out += row("  baseline GET ?wait=0", quorum["baseline"])
     out += f"\n\nInbox, {OPEN_ASKS:,} open asks ({REQUESTS} each; client time on keep-alive loopback ≈ server time)"
     out += row("GET /inbox/", pages["page"], f"  ({pages['page']['ratio_p50']}x raw SELECT, p50)")
     out += row("  htmx partial", pages["partial"], f"  ({pages['partial']['ratio_p50']}x raw SELECT)")
@@ -405,7 +521,8 @@ def main() -> None:
     out += row("ingest POST, alone", alone, f"  ({INGEST_EVENTS} events a request)")
     out += row("ingest POST, beside", beside, f"  ({notified['p99_ratio']}x the p99 alone)")
     out += "\n  aim: ingestion p99 beside the sending < 1.2x alone"
-    out += f"\n\n  CPU steal  {stolen['decisions']} s deciding, {stolen['inbox']} s on the inbox (other VMs' noise)"
+    out += (f"\n\n  CPU steal  {stolen['decisions']} s deciding, {stolen['who_decides']} s standing and quorum, "
+            f"{stolen['inbox']} s on the inbox (other VMs' noise)")  # fmt: skip
     print(out + f"\n\n  machine    {result['machine']}\n  written to {common.RESULTS / 'asks.json'}")
 
 

@@ -84,6 +84,28 @@ class AskOwnDecision(LedgerError):
     code = "ERR_OWN_ASK"
 
 
+class AskNotPermitted(LedgerError):
+    """A decision by someone an approval rule does not allow: not in the group it requires, or an
+    integration where the rule requires named people."""
+
+    status = 403
+    code = "ERR_NOT_PERMITTED"
+
+
+class ApproverRuleInvalid(LedgerError):
+    """An approver group, approval rule or standing-approval limit that cannot be kept as given."""
+
+    status = 422
+    code = "ERR_INVALID_APPROVER_RULE"
+
+
+class StandingApprovalInvalid(LedgerError):
+    """A standing approval wider than what its ask showed, beyond the project's limits, or gone."""
+
+    status = 422
+    code = "ERR_INVALID_STANDING_APPROVAL"
+
+
 class RefusalNotFound(LedgerError):
     """No such refusal, or it belongs to a project the user is not a member of."""
 

@@ -20,6 +20,8 @@ class DecisionForm(forms.Form):
     note = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
     value = forms.CharField(required=False, max_length=100_000, widget=forms.Textarea(attrs={"rows": 3}))
     value_is_json = forms.BooleanField(required=False, label="the answer is JSON")
+    # An answer is shown back before it is sent: only a post carrying this sends it.
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, plain: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -38,6 +40,8 @@ class DecisionForm(forms.Form):
             except MalformedBody as exc:
                 # Invalid JSON says so plainly; a duplicate key or a too-deep value names the problem.
                 self.add_error("value", "This is not valid JSON." if "not valid JSON" in exc.message else exc.message)
+        if decision == "answer" and isinstance(cleaned.get("value"), str) and not cleaned["value"].strip():
+            self.add_error("value", "The answer cannot be empty: write what the run should hear.")
         for name in ("note", "value"):
             if isinstance(cleaned.get(name), str) and "\x00" in cleaned[name]:
                 self.add_error(name, "U+0000 cannot be kept in a decision.")
@@ -204,3 +208,52 @@ class DeadlineRuleForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One step a line: after 10 min notify on-call.",
     )
+
+
+class ApproverGroupForm(forms.Form):
+    name = forms.CharField(max_length=64, widget=forms.TextInput(attrs={"placeholder": "treasury"}))
+
+
+class ApproverMemberForm(forms.Form):
+    username = forms.CharField(max_length=150, label="Person (username)")
+
+
+class ApprovalRuleForm(forms.Form):
+    tool_name = forms.CharField(
+        max_length=200, label="Tool", widget=forms.TextInput(attrs={"placeholder": "transfer_funds"})
+    )
+    group = forms.CharField(max_length=64, label="Group")
+    quorum = forms.IntegerField(min_value=1, max_value=10, initial=1, label="Different people needed")
+    conditions = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Only calls whose arguments meet (one a line; empty: every call)",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "amount > 1000"}),
+    )
+
+
+class StandingLimitsForm(forms.Form):
+    max_minutes = forms.IntegerField(
+        min_value=0, max_value=7 * 24 * 60, label="Longest standing approval (minutes; 0 turns them off)"
+    )
+    allow_any_agent = forms.BooleanField(required=False, label="may cover any agent of the project")
+
+
+class StandingGrantForm(forms.Form):
+    """'Approve this and the same calls for the next N minutes': the pattern starts as the ask's
+    arguments, exactly; the person may turn a number into bounds, never drop an argument."""
+
+    minutes = forms.IntegerField(min_value=1, label="for the next (minutes)")
+    pattern = forms.CharField(
+        max_length=20_000,
+        label='Calls whose arguments match (JSON: each argument its value, or {"min": …, "max": …} for a number)',
+        widget=forms.Textarea(attrs={"rows": 4}),
+    )
+    agent = forms.ChoiceField(choices=[("same", "from this agent"), ("any", "from any agent of the project")])
+    note = forms.CharField(required=False, max_length=2000)
+
+    def clean_pattern(self) -> Any:
+        try:
+            return parse_json(self.cleaned_data["pattern"].encode())
+        except MalformedBody:
+            raise forms.ValidationError("pattern: this is not valid JSON.") from None

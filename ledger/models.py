@@ -396,6 +396,7 @@ class Ask(models.Model):
         API = "api"
         DEADLINE = "deadline"
         RUN = "run", "reported by the run (decided elsewhere)"
+        STANDING = "standing", "a standing approval"
 
     class OnTimeout(models.TextChoices):
         DECLINE = "decline"
@@ -448,6 +449,11 @@ class Ask(models.Model):
     # Whether the decision carries `value` (a question's answer; JSON null is one): absent and
     # null differ (spec §9.1), and a question closed by its deadline resumes with no answer.
     answered = models.BooleanField(default=False, db_default=False)
+    # The standing approval that decided it at opening time (via STANDING), or that its own
+    # approval granted.
+    standing_approval = models.ForeignKey(
+        "StandingApproval", on_delete=models.PROTECT, null=True, blank=True, related_name="asks"
+    )
 
     class Meta:
         constraints = [
@@ -962,3 +968,110 @@ class AskEscalation(models.Model):
 
     def __str__(self) -> str:
         return f"escalation of ask {self.ask_id}: step {self.next_step}"
+
+
+class ApproverGroup(models.Model):
+    """A named set of a project's people (its admins keep the members) that rules require."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="approver_groups", db_index=False)
+    name = models.CharField(max_length=64)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="approver_groups", blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="approver_group_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApprovalRule(models.Model):
+    """Who must approve a tool's calls (all of them, or those whose arguments match `conditions`):
+    `quorum` different people of `group`. Declining needs one member of the group."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="approval_rules", db_index=False)
+    tool_name = models.CharField(max_length=200)
+    # [{"arg": "amount", "op": "gt", "value": 1000}, …]: all must hold (ledger.asks.approver_rules).
+    conditions = models.JSONField(default=list, blank=True)
+    group = models.ForeignKey(ApproverGroup, on_delete=models.PROTECT, related_name="rules")
+    quorum = models.PositiveSmallIntegerField(default=1)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "tool_name"], name="approval_rule_by_tool")]
+        constraints = [
+            models.CheckConstraint(condition=Q(quorum__gte=1, quorum__lte=10), name="approval_rule_quorum_range")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}: {self.quorum} of {self.group_id}"
+
+
+class QuorumApproval(models.Model):
+    """One person's approval toward an ask's quorum, recorded and shown before the quorum is met.
+    One place per person: the unique constraint is what stops one person filling two."""
+
+    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="quorum_approvals")
+    rule = models.ForeignKey(ApprovalRule, on_delete=models.SET_NULL, null=True, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    by_label = models.CharField(max_length=200)
+    note = models.TextField(null=True, blank=True)
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["ask", "user"], name="quorum_approval_one_place_per_person")]
+
+    def __str__(self) -> str:
+        return f"{self.by_label} approved ask {self.ask_id}"
+
+
+class StandingApprovalLimits(models.Model):
+    """What a project's admins allow a standing approval: none at all until they set these."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="standing_limits")
+    max_minutes = models.PositiveIntegerField(default=0)  # 0: standing approvals are off
+    allow_any_agent = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"standing approvals up to {self.max_minutes} min"
+
+
+class StandingApproval(models.Model):
+    """ "Approve this and the same calls for the next N minutes": one person's approval of a tool's
+    later calls whose arguments match `pattern`, from one agent or any, until `expires_at` or its
+    revocation. Granted by approving `source_ask`, whose chained decision records it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="standing_approvals", db_index=False)
+    tool_name = models.CharField(max_length=200)
+    # {arg: exact JSON value | {"min": n, "max": n}} naming every argument (ledger.asks.approver_rules).
+    pattern = models.JSONField()
+    agent_id = models.TextField(null=True, blank=True)  # None: any agent of the project
+    source_ask = models.ForeignKey(Ask, on_delete=models.PROTECT, related_name="+")
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    granted_by_label = models.CharField(max_length=200)
+    note = models.TextField(null=True, blank=True)
+    granted_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    revoked_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        indexes = [
+            # The fast path at every ask's opening: the tool's standing approvals not revoked (the
+            # expiry is compared in the query; now() may not appear in an index's predicate).
+            models.Index(
+                fields=["project", "tool_name", "expires_at"],
+                name="standing_in_force",
+                condition=Q(revoked_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"standing approval of {self.tool_name} until {self.expires_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def in_force(self) -> bool:
+        return self.revoked_at is None and self.expires_at > timezone.now()

@@ -204,6 +204,23 @@ class AskListOut(Schema):
     nextCursor: str | None = None
 
 
+class StandingApprovalOut(Schema):
+    id: int
+    toolName: str
+    pattern: dict[str, Any] = Field(description="each argument: its exact value, or {min?, max?} for a number")
+    agentId: str | None = Field(None, description="absent: any agent of the project")
+    grantedBy: str
+    grantedAt: str | None
+    expiresAt: str
+    askId: int = Field(description="the ask whose approval granted it")
+    decided: int = Field(description="asks it decided since")
+    note: str | None = None
+
+
+class StandingApprovalListOut(Schema):
+    standingApprovals: list[StandingApprovalOut]
+
+
 class DecisionOut(Schema):
     status: str = Field(description="open or decided")
     decision: dict[str, Any] | None = Field(None, description="present once decided")

@@ -14,6 +14,7 @@ import copy
 import re
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import timedelta
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import urlencode
@@ -27,10 +28,21 @@ from django.db import connection
 from django.http import HttpResponse
 from django.test import Client
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+from django.utils import timezone
 
 from artifacts.models import ArtifactHold, ArtifactStore
 from artifacts.scopes import scope_header
-from ledger.models import Ask, AuditBundle, Refusal, RunHold, RunTombstone
+from ledger.models import (
+    ApprovalRule,
+    ApproverGroup,
+    Ask,
+    AuditBundle,
+    Refusal,
+    RunHold,
+    RunTombstone,
+    StandingApproval,
+    StandingApprovalLimits,
+)
 from tenancy.models import AgentKey, Membership, Project
 from tenancy.services import agent_key_create
 from tests.conftest import load_fixture, numbered_per_run, person
@@ -67,6 +79,10 @@ class Target:
     refusal_id: int
     bundle_id: int
     project_pk: int
+    group_id: int
+    member_id: int
+    rule_id: int
+    standing_id: int
 
     def identifiers(self) -> dict[str, str]:
         return {
@@ -79,6 +95,10 @@ class Target:
             "refusal_id": str(self.refusal_id),
             "bundle_id": str(self.bundle_id),
             "project_pk": str(self.project_pk),
+            "group_id": str(self.group_id),
+            "member_id": str(self.member_id),
+            "rule_id": str(self.rule_id),
+            "standing_id": str(self.standing_id),
         }
 
 
@@ -334,6 +354,12 @@ def _target(project: Project, run_id: str, ask_id: int, ref: str) -> Target:
         refusal_id=Refusal.objects.filter(run__project=project).order_by("pk").values_list("pk", flat=True)[0],
         bundle_id=AuditBundle.objects.filter(project=project).values_list("pk", flat=True).get(),
         project_pk=project.pk,
+        group_id=ApproverGroup.objects.filter(project=project).values_list("pk", flat=True).get(),
+        member_id=ApproverGroup.members.through.objects.filter(approvergroup__project=project)
+        .values_list("user_id", flat=True)
+        .get(),
+        rule_id=ApprovalRule.objects.filter(project=project).values_list("pk", flat=True).get(),
+        standing_id=StandingApproval.objects.filter(project=project).values_list("pk", flat=True).get(),
     )
 
 
@@ -410,13 +436,33 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
             archive_bytes=1,
         )
 
+    for project, ask_id, grantor, account, group_name in (
+        (acme, acme_ask, "outsider", "ACC-900", "treasury"),
+        (globex, globex_ask, "approver", f"{MARK}account", f"{MARK}treasury"),
+    ):
+        # Who decides: a group with one member, a rule for a tool the runs never call (so the ask
+        # itself stays any approver's to decide), standing approvals allowed, and one in force.
+        group = ApproverGroup.objects.create(project=project, name=group_name)
+        group.members.add(people[grantor])
+        ApprovalRule.objects.create(project=project, tool_name="transfer", group=group, quorum=1)
+        StandingApprovalLimits.objects.create(project=project, max_minutes=60, allow_any_agent=True)
+        StandingApproval.objects.create(
+            project=project,
+            tool_name="transfer",
+            pattern={"account": account},
+            source_ask_id=ask_id,
+            granted_by=people[grantor],
+            granted_by_label=people[grantor].get_username(),
+            expires_at=timezone.now() + timedelta(days=1),
+        )
+
     far = 1_000_000_000
     return World(
         acme=acme,
         globex=globex,
         acme_target=_target(acme, B_RUN, acme_ask, acme_ref),
         globex_target=_target(globex, GLOBEX_RUN, globex_ask, globex_ref),
-        unknown=Target("no-such-project", "run-no-such-run", far + 1, "art_" + "Z" * 22, *range(far + 2, far + 7)),
+        unknown=Target("no-such-project", "run-no-such-run", far + 1, "art_" + "Z" * 22, *range(far + 2, far + 11)),
         callers=callers,
         acme_run_ids=set(acme.runs.values_list("run_id", flat=True)),
         acme_open_asks=Ask.objects.filter(project=acme, status=Ask.Status.OPEN).count(),

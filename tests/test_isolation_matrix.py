@@ -47,8 +47,9 @@ from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from footprint_site.api import api
+from ledger.asks.approver_selectors import ask_arguments
 from ledger.audits.receipts import receipt_signature
-from ledger.models import RunEvent
+from ledger.models import Ask, RunEvent
 from tenancy.models import AgentKey, Membership
 from tenancy.services import agent_key_create, project_get_or_create
 from tests.conftest import DATA, load_fixture
@@ -78,6 +79,7 @@ from tests.isolation_cases import (
 )
 
 pytestmark = pytest.mark.django_db
+GLOBEX = "globex"
 FAST_HASHER = "django.contrib.auth.hashers.MD5PasswordHasher"
 
 # --- what is left out, and why -------------------------------------------------------------------
@@ -230,6 +232,11 @@ def _not_ours_in_acme(world: World, body: Any) -> str | None:
     return None if verdict["verdict"] == "not ours" else f"acme's key was told of globex's chain: {verdict}"
 
 
+def _only_acme_standing(world: World, body: Any) -> str | None:
+    shown = orjson.dumps(body).decode()
+    return None if MARK not in shown and len(body["standingApprovals"]) == 1 else f"listed {shown[:300]}"
+
+
 MARKED_TRACES = OTLP_TRACES.replace(b"order-desk-svc", f"{MARK}svc".encode())
 
 API_OPERATIONS: dict[str, ApiCase] = {
@@ -323,6 +330,13 @@ API_OPERATIONS: dict[str, ApiCase] = {
         control=200,
         shows='"decided"',
         rightful="globex integration",  # globex's key opened the ask: it may not decide it
+    ),
+    "GET /api/v1/standing-approvals": ApiCase(
+        scope="read",
+        call=lambda t: Call("GET", "/api/v1/standing-approvals"),
+        foreign=OwnProject(200, _only_acme_standing),
+        control=200,
+        shows=MARK,
     ),
     "POST /api/v1/audit-bundles": ApiCase(
         scope="ingest",
@@ -486,6 +500,37 @@ def _ask(t: Target) -> dict[str, Any]:
     return {"ask_id": t.ask_id}
 
 
+def _group(t: Target) -> dict[str, Any]:
+    return {"project_slug": t.project, "group_id": t.group_id}
+
+
+def _member(t: Target) -> dict[str, Any]:
+    return {**_group(t), "user_id": t.member_id}
+
+
+def _rule(t: Target) -> dict[str, Any]:
+    return {"project_slug": t.project, "rule_id": t.rule_id}
+
+
+def _standing(t: Target) -> dict[str, Any]:
+    return {"project_slug": t.project, "standing_id": t.standing_id}
+
+
+def _standing_grant(t: Target) -> dict[str, Any]:
+    """This ask's own arguments, exactly: the narrowest standing approval it can start."""
+    ask = Ask.objects.filter(pk=t.ask_id).first()
+    args = ask_arguments(ask) if ask is not None else {}
+    return {"minutes": "30", "pattern": orjson.dumps(args).decode(), "agent": "any"}
+
+
+B_TOOL = b_outcome()["pauseData"]["toolName"]
+
+
+def _rule_form(t: Target) -> dict[str, Any]:
+    group = f"{MARK}treasury" if t.project == GLOBEX else "treasury"
+    return {"tool_name": B_TOOL, "group": group, "quorum": "1", "conditions": "amount > 1"}
+
+
 def _refusal(t: Target) -> dict[str, Any]:
     return {"refusal_id": t.refusal_id}
 
@@ -593,6 +638,42 @@ PAGES: dict[str, PageCase] = {
             (APPROVER, ADMIN),
             (APPROVER, 302),
             data=lambda t: DECLINE,
+            returns_to=("asks:ask-detail", _ask),
+        ),
+        P("asks:approvers", "GET", _project, GONE, (ADMIN,), (ADMIN, 200), f"{MARK}treasury"),
+        *(
+            P(name, "POST", kwargs, GONE, (ADMIN,), (ADMIN, 302), data=data, returns_to=("asks:approvers", _project))
+            for name, kwargs, data in (
+                ("asks:approver-group-create", _project, lambda t: {"name": "reviewers"}),
+                ("asks:approver-member-add", _group, lambda t: {"username": f"{t.project}-admin"}),
+                ("asks:approver-member-remove", _member, None),
+                (
+                    "asks:approval-rule-create",
+                    _project,
+                    _rule_form,
+                ),
+                ("asks:approval-rule-remove", _rule, None),
+                ("asks:standing-limits", _project, lambda t: {"max_minutes": "15"}),
+            )
+        ),
+        P("asks:standing-approvals", "GET", _project, GONE, (APPROVER, ADMIN), (APPROVER, 200), f"{MARK}account"),
+        P(
+            "asks:standing-revoke",
+            "POST",
+            _standing,
+            GONE,
+            (APPROVER, ADMIN),
+            (APPROVER, 302),
+            returns_to=("asks:standing-approvals", _project),
+        ),
+        P(
+            "asks:standing-grant",
+            "POST",
+            _ask,
+            GONE,
+            (APPROVER, ADMIN),
+            (APPROVER, 302),
+            data=_standing_grant,
             returns_to=("asks:ask-detail", _ask),
         ),
         P("refusals:refusal-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), MARK),
@@ -762,7 +843,7 @@ def test_every_page_is_in_the_matrix() -> None:
     assert set(AGENT_ROUTES) <= served, f"AGENT_ROUTES names routes no longer served: {set(AGENT_ROUTES) - served}"
 
     # Every method a page takes is in the table (the views are guarded by @require_GET & co).
-    target = Target("acme", "run-x", 1, "art_" + "x" * 22, 1, 1, 1, 1, 1)
+    target = Target("acme", "run-x", 1, "art_" + "x" * 22, *[1] * 9)
     for name in pages:
         methods = {case.method for case in PAGES.values() if case.name == name}
         path = next(case for case in PAGES.values() if case.name == name).call(target).path

@@ -10,13 +10,17 @@ the document leaves out; and no 2xx answer may be documented as an untyped objec
 import base64
 import copy
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import jsonschema_rs
 import orjson
 import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
 
 from footprint_site.api import api
+from ledger.models import Ask, StandingApproval
 from ledger.schemas import AskIn
 from tests.conftest import DATA, ApiClient, load_fixture
 from tests.ledger.ask_helpers import b_body, plain_body
@@ -77,6 +81,22 @@ class Recorder:
         return answer
 
 
+def _standing_approval_of(ask_id: int) -> None:
+    ask = Ask.objects.get(pk=ask_id)
+    granted_by = User.objects.create_user(username="grantor")
+    StandingApproval.objects.create(
+        project=ask.project,
+        tool_name=ask.tool_name or "t",
+        pattern={"account": "ACC-900", "amount": {"max": 10}},
+        agent_id="agent-1",
+        source_ask=ask,
+        granted_by=granted_by,
+        granted_by_label="grantor",
+        note="for the afternoon",
+        expires_at=timezone.now() + timedelta(minutes=5),
+    )
+
+
 @pytest.fixture
 def answers(agent_client: ApiClient, integration_client: ApiClient) -> list[tuple[str, str, int, Any]]:
     agent = Recorder(agent_client)
@@ -114,6 +134,8 @@ def answers(agent_client: ApiClient, integration_client: ApiClient) -> list[tupl
     integration.call("post", "/asks/{ask_id}/decision", body=decision, status=200, ask_id=plain["id"])
     call("get", "/asks/{ask_id}/decision", status=200, ask_id=ask["id"])
     call("post", "/asks", body={**b_body(), "evil": 1}, status=422)
+    _standing_approval_of(ask["id"])
+    call("get", "/standing-approvals", status=200)
 
     put = {"kind": "report/csv", "mediaType": "text/csv", "payload": {"shape": "text", "value": "a,b\n1,2\n"}}
     ref = call("post", "/artifacts", body=put, status=201)["meta"]["ref"]

@@ -17,9 +17,9 @@ from footprint_site.http import body_within
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import iso_z, to_utc
 from footprint_site.schemas import ERRORS, StrictIn, body_fields, json_body
+from ledger.asks import approver_selectors, waits
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
-from ledger.asks import waits
 from ledger.exceptions import AskInvalid, AskSuperseded
 from ledger.models import Ask
 from ledger.schemas import (
@@ -28,6 +28,7 @@ from ledger.schemas import (
     AskListOut,
     DecisionIn,
     DecisionOut,
+    StandingApprovalListOut,
 )
 
 router = Router(tags=["asks"])
@@ -213,3 +214,33 @@ def decide_ask(request: HttpRequest, ask_id: int) -> dict[str, Any]:
         value=document.get("value", ask_services.NO_VALUE),
     )
     return {"status": "decided", "decision": ask.decision()}
+
+
+@router.get(
+    "/standing-approvals",
+    response={200: StandingApprovalListOut, **ERRORS},
+    auth=AgentKeyAuth("read"),
+    exclude_unset=True,
+)
+def list_standing_approvals(request: HttpRequest) -> dict[str, Any]:
+    """The standing approvals in force in the key's project, soonest to expire first: who granted
+    each, the tool and argument pattern it covers, its agent (absent: any), and how many asks it
+    decided since."""
+    listed = []
+    for standing, decided in approver_selectors.standing_approvals_in_force_counted(project=project_of(request)):
+        item: dict[str, Any] = {
+            "id": standing.pk,
+            "toolName": standing.tool_name,
+            "pattern": standing.pattern,
+            "grantedBy": standing.granted_by_label,
+            "grantedAt": iso_z(standing.granted_at),
+            "expiresAt": iso_z(standing.expires_at),
+            "askId": standing.source_ask_id,
+            "decided": decided,
+        }
+        if standing.agent_id is not None:
+            item["agentId"] = standing.agent_id
+        if standing.note:
+            item["note"] = standing.note
+        listed.append(item)
+    return {"standingApprovals": listed}

@@ -21,6 +21,8 @@ from footprint_site.lib.db import session_connection
 from footprint_site.lib.ids import MAX_ID_LENGTH, RUN_ID_RULE, is_plain_id, is_run_id
 from footprint_site.lib.jsonbody import MAX_DEPTH, json_holds_nul
 from ledger.asks import deadline_rules
+from ledger.asks.approver_selectors import standing_approval_covering
+from ledger.asks.approvers import decision_gate, quorum_approval_add, quorum_record
 from ledger.asks.waits import ask_waiters_wake
 from ledger.exceptions import (
     AskAlreadyDecided,
@@ -33,7 +35,7 @@ from ledger.exceptions import (
 from ledger.ingest.envelopes import Event, replace_nul, wall_clock_ms_of
 from ledger.ingest.projections import resumed_ask_verdict
 from ledger.ingest.runs import CONSUMER_SCOPE, run_append_server_event, run_lock
-from ledger.models import Ask, Run, RunEvent, ToolCall, WebhookDelivery
+from ledger.models import Ask, Run, RunEvent, StandingApproval, ToolCall, WebhookDelivery
 from tenancy.models import AgentKey, Project
 
 DECISION_EVENT = "ledger.human_decision"
@@ -145,6 +147,8 @@ def _check_decision(ask: Ask, via: str, by_label: str, note: str | None, value: 
         if ask.kind == Ask.Kind.PLAIN and via != Ask.Via.DEADLINE:
             raise AskInvalid("A question (askHuman) is answered: send value, the answer its tool returns to the run.")
         return
+    if ask.kind == Ask.Kind.PLAIN and isinstance(value, str) and not value.strip():
+        raise AskInvalid("value, the answer to a question (askHuman), cannot be empty: write what the run should hear.")
     try:
         written = orjson.dumps(value)
     except orjson.JSONEncodeError:
@@ -255,7 +259,7 @@ def ask_open(
         pass
     else:
         _supersede_in_session(ask)
-        if _close_if_reported_already(ask):
+        if _close_if_reported_already(ask) or _decide_if_standing(ask):
             ask.refresh_from_db()
         deadline_rules.ask_opened(ask)
         return ask, True
@@ -545,7 +549,7 @@ def _open_reported(
             existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
         else:
             _supersede_in_session(opened)
-            if not _close_if_reported_already(opened):
+            if not _close_if_reported_already(opened) and not _decide_if_standing(opened):
                 deadline_rules.ask_opened(opened)
             return
     _bar_from_deciding(existing, key)
@@ -812,6 +816,24 @@ def _deadline_decision(ask: Ask) -> dict[str, Any]:
     }
 
 
+def _decide_if_standing(ask: Ask) -> bool:
+    """Decide a newly opened ask at once when a standing approval in force covers it (the decision
+    names it). Whether it did."""
+    standing = standing_approval_covering(ask=ask)
+    if standing is None:
+        return False
+    ask_decide(
+        ask_id=ask.pk,
+        approved=True,
+        via=Ask.Via.STANDING,
+        by_label=standing.granted_by_label,
+        user=standing.granted_by,
+        note=f"standing approval {standing.pk}, until {standing.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+        standing=standing,
+    )
+    return True
+
+
 def ask_decide(
     *,
     ask_id: int,
@@ -822,6 +844,7 @@ def ask_decide(
     key: AgentKey | None = None,
     note: str | None = None,
     value: Any = NO_VALUE,
+    standing: StandingApproval | None = None,
 ) -> Ask:
     """Record the one decision of an ask.
 
@@ -836,6 +859,11 @@ def ask_decide(
     reads it), nobody else decides the ask. A late decision on an open ask records the ask's
     onTimeout, exactly as the pass would, and raises AskAlreadyDecided naming the deadline. The
     pass (`via` DEADLINE) decides the asks it found overdue by its own `now`.
+
+    Who may decide is the ask's approval rule's (`approvers.decision_gate`): an approval toward a
+    quorum of several people is recorded, and the ask returned still open, until the last one
+    completes it; that approval's decision names them all. `standing` is the standing approval
+    this decision grants (from the ask's page) or applies (via STANDING), chained with it.
     """
     target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
@@ -850,15 +878,39 @@ def ask_decide(
     if value is None and target.kind != Ask.Kind.PLAIN:
         value = NO_VALUE  # null is no DecisionValue: a consent gate's decision without one
     _check_decision(target, via, by_label, note, value)
+    quorum_rule = decision_gate(ask=target, approved=approved, via=via, user=user, has_key=key is not None)
     late = via != Ask.Via.DEADLINE
+    chained: dict[str, Any] = {}
     # The refusal is raised once this block has committed: a late decider's deadline decision
     # must not roll back with it.
     with transaction.atomic():
         # The run's lock before the ask's row, in ingestion's order (it closes asks the run reports).
         run_lock(project=target.project, run_id=target.run_id)
         in_time = (Q(deadline__isnull=True) | Q(deadline__gt=Now())) if late else Q()
+        if quorum_rule is not None and user is not None:
+            approvals = quorum_approval_add(
+                ask_id=ask_id, rule=quorum_rule, user=user, by_label=by_label, note=note, in_time=in_time
+            )
+            if approvals is not None and len(approvals) < quorum_rule.quorum:
+                return Ask.objects.select_related("project").get(pk=ask_id)  # recorded; the quorum waits
+            if approvals is not None:
+                by_label = " and ".join(a.by_label for a in approvals)
+                chained["approvals"] = quorum_record(approvals)
+                chained["quorum"] = {"group": quorum_rule.group.name, "of": quorum_rule.quorum}
+        if standing is not None:
+            chained["standingApproval"] = standing_chain_record(standing)
         decided = _decision_record(
-            ask_id, in_time, approved=approved, via=via, by_label=by_label, user=user, key=key, note=note, value=value
+            ask_id,
+            in_time,
+            approved=approved,
+            via=via,
+            by_label=by_label,
+            user=user,
+            key=key,
+            note=note,
+            value=value,
+            standing=standing,
+            chained=chained,
         )
         if decided is None and late:
             overdue = Ask.objects.filter(pk=ask_id, status=Ask.Status.OPEN, deadline__lte=Now()).first()
@@ -880,6 +932,8 @@ def _decision_record(
     key: AgentKey | None = None,
     note: str | None = None,
     value: Any = NO_VALUE,
+    standing: StandingApproval | None = None,
+    chained: dict[str, Any] | None = None,
 ) -> Ask | None:
     """Claim the ask while it is open (and `condition` holds), chain the decision, NOTIFY it and
     queue its webhook. None when the claim fails. Runs under the run's lock."""
@@ -895,6 +949,7 @@ def _decision_record(
         # Value(None, JSONField) is JSON null, an answer; without one the column stays SQL NULL.
         value=None if value is NO_VALUE else models.Value(value, output_field=models.JSONField()),
         answered=value is not NO_VALUE,
+        standing_approval=standing,
     )
     if claimed != 1:
         return None
@@ -909,6 +964,7 @@ def _decision_record(
     }
     if key is not None:
         payload["byKey"] = key.prefix
+    payload.update(chained or {})
     run_append_server_event(project=ask.project, run_id=ask.run_id, type_=DECISION_EVENT, payload=payload)
     ask_waiters_wake(ask.pk)
     endpoint = getattr(ask.project, "webhook", None)
@@ -917,6 +973,18 @@ def _decision_record(
         # The fast path; the outbox sweep sends whatever it misses.
         task_send_on_commit("ledger.tasks.ask_deliver_webhook", delivery.pk)
     return ask
+
+
+def standing_chain_record(standing: StandingApproval) -> dict[str, Any]:
+    """What the chain keeps of a standing approval: who granted it, what it covers, until when."""
+    return {
+        "id": standing.pk,
+        "grantedBy": standing.granted_by_label,
+        "toolName": standing.tool_name,
+        "pattern": standing.pattern,
+        "agentId": standing.agent_id,
+        "expiresAt": int(standing.expires_at.timestamp() * 1000),
+    }
 
 
 def asks_apply_deadlines(*, now: datetime | None = None, limit: int = 500) -> int:

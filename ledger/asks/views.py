@@ -12,10 +12,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
+from ledger.asks import approver_selectors
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
-from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound
-from ledger.forms import DecisionForm
+from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskNotPermitted, AskOwnDecision
+from ledger.forms import DecisionForm, StandingGrantForm
 from ledger.models import Ask, WebhookDelivery
 from tenancy.models import Membership
 
@@ -46,7 +47,12 @@ def _pretty(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
 
 
-def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | None = None) -> dict[str, Any]:
+def _page_context(
+    request: HtmxHttpRequest,
+    ask_id: int,
+    form: DecisionForm | None = None,
+    standing_form: StandingGrantForm | None = None,
+) -> dict[str, Any]:
     try:
         ask, role = ask_selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
     except AskNotFound:
@@ -54,11 +60,14 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
     pack = ask_selectors.ask_context(ask=ask)
     component = pack["component"]
     component_id = component.get("componentId") if component else None
+    can_decide = role in DECIDERS and ask.status == Ask.Status.OPEN and not ask.is_overdue
     return {
         "ask": ask,
         "pack": pack,
         # Past its deadline only the deadline decides (ask_decide): the page says what it will do.
-        "can_decide": role in DECIDERS and ask.status == Ask.Status.OPEN and not ask.is_overdue,
+        "can_decide": can_decide,
+        "quorum": approver_selectors.quorum_state(ask=ask),
+        **_standing_offer(ask, pack["args"], can_decide, standing_form),
         "form": form or DecisionForm(plain=ask.kind == Ask.Kind.PLAIN),
         "detail_json": _pretty(ask.detail),
         "args_json": _pretty(pack["args"]),
@@ -72,6 +81,25 @@ def _page_context(request: HtmxHttpRequest, ask_id: int, form: DecisionForm | No
         "approving_does": ask_selectors.APPROVING_DOES.get(ask.kind),
         "unresolved_report": ask_selectors.ask_unresolved_report(ask=ask),
     }
+
+
+def _standing_offer(ask: Ask, args: Any, can_decide: bool, form: StandingGrantForm | None) -> dict[str, Any]:
+    """The "approve this and the same calls" form, when the project's limits allow one for this ask."""
+    if not can_decide or ask.kind not in approver_selectors.STANDING_KINDS or not isinstance(args, dict):
+        return {}
+    limits = approver_selectors.standing_limits_of(project=ask.project)
+    if limits.max_minutes == 0:
+        return {}
+    initial = {"minutes": min(limits.max_minutes, 60), "pattern": _pretty(args), "agent": "same"}
+    return {"standing_form": form or StandingGrantForm(initial=initial), "standing_limits": limits}
+
+
+def ask_page_with_problem(
+    request: HtmxHttpRequest, ask_id: int, *, standing_form: StandingGrantForm, problem: str
+) -> HttpResponse:
+    """The ask's page again with why a standing approval was refused (422), the form as sent."""
+    context = {**_page_context(request, ask_id, standing_form=standing_form), "standing_problem": problem}
+    return render(request, "asks/ask_detail.html", context, status=422)
 
 
 @require_GET
@@ -94,6 +122,15 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
     status = 409 if ask.status != Ask.Status.OPEN else 200
     if status == 200 and not form.is_valid():
         status = 422
+    elif (
+        status == 200 and ask.kind == Ask.Kind.PLAIN and (not form.cleaned_data["confirmed"] or "edit" in request.POST)
+    ):
+        # An answer is confirmed before it is sent: the panel shows it back, with Send and Edit
+        # (which brings the form back as it was filled).
+        confirming = None if "edit" in request.POST else form.cleaned_data
+        context = {**_page_context(request, ask_id, form=form), "confirming": confirming}
+        template = "asks/ask_detail.html" + ("#decision-panel" if wants_partial(request) else "")
+        return render(request, template, context)
     elif status == 200:
         user = signed_in_user(request)
         data = form.cleaned_data
@@ -109,6 +146,8 @@ def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
             )
         except AskAlreadyDecided:
             status = 409  # someone else won, or the deadline had passed: the panel shows which, and when
+        except (AskNotPermitted, AskOwnDecision) as exc:
+            raise PermissionDenied(exc.message) from None
         except AskInvalid as exc:
             form.add_error(None, exc.message)
             status = 422

@@ -4,6 +4,8 @@ from typing import Any
 import orjson
 from django import template
 
+from ledger.asks import approver_rules
+
 register = template.Library()
 
 
@@ -45,3 +47,15 @@ def json_part(body: str, key: str) -> str:
 @register.filter
 def as_hex(value: bytes | memoryview) -> str:
     return bytes(value).hex()
+
+
+@register.filter
+def conditions_text(conditions: list[dict[str, Any]]) -> str:
+    """An approval rule's conditions as a person writes them ("amount > 1000 and …")."""
+    return approver_rules.conditions_text(conditions)
+
+
+@register.filter
+def pattern_text(pattern: dict[str, Any]) -> str:
+    """A standing approval's argument pattern in words ("amount from 0 to 1000, to = …")."""
+    return approver_rules.pattern_text(pattern)

@@ -508,7 +508,9 @@ def test_plain_ask_page_offers_an_answer_not_approve(approver_client: Client, pr
 def test_plain_ask_text_answer(approver_client: Client, project: Project) -> None:
     ask = _plain(project)
 
-    response = approver_client.post(_decide_url(ask.pk), {"decision": "answer", "value": "eu-west-1", "note": "cheap"})
+    response = approver_client.post(
+        _decide_url(ask.pk), {"decision": "answer", "value": "eu-west-1", "note": "cheap", "confirmed": "on"}
+    )
 
     assert response.status_code == 302
     ask.refresh_from_db()
@@ -521,7 +523,12 @@ def test_plain_ask_json_answer(approver_client: Client, project: Project) -> Non
 
     response = approver_client.post(
         _decide_url(ask.pk),
-        {"decision": "answer", "value": '{"region": "eu-west-1", "replicas": 3}', "value_is_json": "on"},
+        {
+            "decision": "answer",
+            "value": '{"region": "eu-west-1", "replicas": 3}',
+            "value_is_json": "on",
+            "confirmed": "on",
+        },
     )
 
     assert response.status_code == 302
@@ -533,7 +540,9 @@ def test_plain_ask_json_answer(approver_client: Client, project: Project) -> Non
 def test_plain_ask_json_null_answer_is_an_answer(approver_client: Client, project: Project) -> None:
     ask = _plain(project)
 
-    response = approver_client.post(_decide_url(ask.pk), {"decision": "answer", "value": "null", "value_is_json": "on"})
+    response = approver_client.post(
+        _decide_url(ask.pk), {"decision": "answer", "value": "null", "value_is_json": "on", "confirmed": "on"}
+    )
 
     assert response.status_code == 302
     ask.refresh_from_db()
