@@ -253,6 +253,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "search-index": _every(
         env.float("FOOTPRINT_SEARCH_INDEX_EVERY_SECONDS", default=5.0), "ledger.tasks.search_index_pending"
     ),
+    "span-index": _every(
+        env.float("FOOTPRINT_SPAN_INDEX_EVERY_SECONDS", default=5.0), "ledger.tasks.run_spans_index_pending"
+    ),
     "chain-anchors": _every(
         env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0), "ledger.tasks.chain_anchors_write"
     ),

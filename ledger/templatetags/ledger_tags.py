@@ -5,6 +5,8 @@ from typing import Any
 import orjson
 from django import template
 
+from footprint_site.lib import durations
+
 register = template.Library()
 
 
@@ -27,6 +29,12 @@ def duration(value: timedelta) -> str:
     if minutes < 60:
         return f"{minutes} min {secs:02d} s"
     return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+@register.filter
+def human_ms(value: float) -> str:
+    """A duration in milliseconds for people: '840 ms', '12.4 s', '3.2 min'."""
+    return durations.human_ms(value)
 
 
 @register.filter
