@@ -201,13 +201,16 @@ def spans_from_events(events: Iterator[tuple[Any, ...]], refusals: dict[int, str
 
 
 def overview_of(built: BuiltSpans) -> tuple[list[dict[str, Any]], dict[str, list[list[int]]]]:
-    """The lanes with their span counts, and each lane's busy buckets at the widest zoom:
+    """The lanes with their span counts and longest span (a window's reads start that far before
+    it), and each lane's busy buckets at the widest zoom:
     [bucket, spans, refused, first start, last end, first span's position]."""
     counts: dict[int, int] = {}
+    longest: dict[int, int] = {}
     buckets: dict[int, dict[int, list[int]]] = {}
     width = max(built.duration_ms, 1)
     for lane, _kind, start, end, _first, _last, position, _label, refused in built.rows:
         counts[lane] = counts.get(lane, 0) + 1
+        longest[lane] = max(longest.get(lane, 0), end - start)
         bucket = min(OVERVIEW_BUCKETS - 1, start * OVERVIEW_BUCKETS // width)
         cell = buckets.setdefault(lane, {}).get(bucket)
         if cell is None:
@@ -216,7 +219,10 @@ def overview_of(built: BuiltSpans) -> tuple[list[dict[str, Any]], dict[str, list
             cell[1] += 1
             cell[2] += int(refused)
             cell[4] = max(cell[4], end)
-    lanes = [{"lane": lane, "label": built.lanes[lane], "spans": counts[lane]} for lane in sorted(counts)]
+    lanes = [
+        {"lane": lane, "label": built.lanes[lane], "spans": counts[lane], "longest": longest[lane]}
+        for lane in sorted(counts)
+    ]
     return lanes, {str(lane): sorted(cells.values()) for lane, cells in buckets.items()}
 
 

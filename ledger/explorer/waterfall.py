@@ -135,25 +135,29 @@ def _overview(run: Run) -> RunSpanOverview:
     return overview
 
 
-_SPANS_SQL = """
-    SELECT lane, kind, start_ms, end_ms, position, label, refused, first_seq
-    FROM ledger_runspan
-    WHERE run_id = %(run)s AND lane = ANY(%(lanes)s) AND start_ms <= %(to)s AND end_ms >= %(from)s
-    ORDER BY lane, start_ms
-"""
-_LANE_COUNTS_SQL = """
-    SELECT lane, count(*) FROM ledger_runspan
-    WHERE run_id = %(run)s AND start_ms <= %(to)s AND end_ms >= %(from)s
-    GROUP BY lane
-"""
-_BUCKETS_SQL = """
-    SELECT lane, least(width_bucket(greatest(start_ms, %(from)s), %(from)s, %(to)s + 1, %(buckets)s),
-                       %(buckets)s) - 1 AS bucket,
-           count(*), count(*) FILTER (WHERE refused), min(start_ms), max(end_ms), min(position)
-    FROM ledger_runspan
-    WHERE run_id = %(run)s AND lane = ANY(%(lanes)s) AND start_ms <= %(to)s AND end_ms >= %(from)s
+# Each lane is read from `low` (the window's start less the lane's longest span) to the window's
+# end: one range of the (run, lane, start_ms) index, however far into a long run the window lies.
+_LANES = "unnest(%(lanes)s::int[], %(lows)s::bigint[]) AS w(lane, low)"
+_IN_WINDOW = "s.run_id = %(run)s AND s.lane = w.lane AND s.start_ms >= w.low AND s.start_ms <= %(to)s"
+_SPANS_SQL = f"""
+    SELECT s.lane, s.kind, s.start_ms, s.end_ms, s.position, s.label, s.refused
+    FROM {_LANES} JOIN ledger_runspan s ON {_IN_WINDOW}
+    WHERE s.end_ms >= %(from)s
+    ORDER BY s.lane, s.start_ms
+"""  # noqa: S608 - constant fragments; every value is bound
+_LANE_COUNTS_SQL = f"""
+    SELECT w.lane, count(*) FROM {_LANES} JOIN ledger_runspan s ON {_IN_WINDOW}
+    WHERE s.end_ms >= %(from)s
+    GROUP BY w.lane
+"""  # noqa: S608 - constant fragments; every value is bound
+_BUCKETS_SQL = f"""
+    SELECT s.lane, least(width_bucket(greatest(s.start_ms, %(from)s), %(from)s, %(to)s + 1, %(buckets)s),
+                         %(buckets)s) - 1 AS bucket,
+           count(*), count(*) FILTER (WHERE s.refused)
+    FROM {_LANES} JOIN ledger_runspan s ON {_IN_WINDOW}
+    WHERE s.end_ms >= %(from)s
     GROUP BY 1, 2 ORDER BY 1, 2
-"""
+"""  # noqa: S608 - constant fragments; every value is bound
 
 
 def _span_bar(waterfall: Waterfall, kind: str, start: int, end: int, position: int, label: str, refused: bool) -> Bar:
@@ -223,25 +227,30 @@ def run_waterfall(*, run: Run, from_ms: int | None = None, to_ms: int | None = N
     waterfall = Waterfall(run, start, end, overview.duration_ms, [], overview.indexed_length, run.chain_length)
     whole = waterfall.whole_run
     labels = {entry["lane"]: entry["label"] for entry in overview.lanes}
+    longest = {entry["lane"]: entry.get("longest", overview.duration_ms) for entry in overview.lanes}
     params: dict[str, Any] = {"run": run.pk, "from": start, "to": end, "buckets": WINDOW_BUCKETS}
+
+    def lanes_from(numbers: list[int]) -> dict[str, Any]:
+        return {**params, "lanes": numbers, "lows": [start - longest[number] for number in numbers]}
+
     with connections[lagging_reads_alias()].cursor() as cur:
         if whole:
             counts = {entry["lane"]: entry["spans"] for entry in overview.lanes}
         else:
-            cur.execute(_LANE_COUNTS_SQL, params)
+            cur.execute(_LANE_COUNTS_SQL, lanes_from(sorted(longest)))
             counts = dict(cur.fetchall())
         lanes = {number: Lane(number, labels.get(number, "spans"), counts[number]) for number in sorted(counts)}
         few = [number for number, lane in lanes.items() if lane.spans <= LANE_SPANS_SHOWN]
         many = [number for number in lanes if number not in few]
         if few:
-            cur.execute(_SPANS_SQL, {**params, "lanes": few})
-            for lane_number, kind, span_start, span_end, position, label, refused, _seq in cur.fetchall():
+            cur.execute(_SPANS_SQL, lanes_from(few))
+            for lane_number, kind, span_start, span_end, position, label, refused in cur.fetchall():
                 lane = lanes[lane_number]
                 lane.bars.append(_span_bar(waterfall, kind, span_start, span_end, position, label, refused))
         if many and not whole:
-            cur.execute(_BUCKETS_SQL, {**params, "lanes": many})
+            cur.execute(_BUCKETS_SQL, lanes_from(many))
             cells: dict[int, list[tuple[int, int, int]]] = {}
-            for lane_number, bucket, spans, refused, *_ in cur.fetchall():
+            for lane_number, bucket, spans, refused in cur.fetchall():
                 cells.setdefault(lane_number, []).append((bucket, spans, refused))
             for number in many:
                 lanes[number].bars = _bucket_bars(waterfall, lanes[number], cells.get(number, []))

@@ -8,7 +8,7 @@ holds `iterations_per_turn` iterations.
 from collections.abc import Iterator
 from typing import Any
 
-EVENTS_PER_ITERATION = 11
+EVENTS_PER_ITERATION = 10
 
 
 def synthetic_run_events(
@@ -20,7 +20,7 @@ def synthetic_run_events(
     start_ms: int = 1_796_043_000_000,
     step_ms: int = 7,
 ) -> Iterator[dict[str, Any]]:
-    """The run's events in seq order; about EVENTS_PER_ITERATION per iteration."""
+    """The run's events in seq order: EVENTS_PER_ITERATION per iteration, and a turn's start and end."""
     seq = 0
     clock = start_ms
 
