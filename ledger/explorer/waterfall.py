@@ -103,7 +103,8 @@ class Waterfall:
 
     @property
     def zoom_out(self) -> tuple[int, int]:
-        half = self.to_ms - self.from_ms
+        """Twice as wide, the inverse of zoom_in where the run leaves room."""
+        half = (self.to_ms - self.from_ms) / 2
         return self._window(self.from_ms - half, self.to_ms + half)
 
     @property
