@@ -1,5 +1,7 @@
 // The run waterfall's bars are SVG links, which htmx attributes would double in size: one listener
-// opens a bar's event in the drawer or zooms into a bucket. Without JavaScript the links navigate.
+// opens a bar's event in the drawer or swaps in the chart of another window (a bucket, the zoom
+// links). Delegated from the document, so a link swapped in a moment ago works before htmx has
+// processed it. Without JavaScript the links navigate.
 document.addEventListener("click", (event) => {
   const link = event.target.closest && event.target.closest("#waterfall a[data-waterfall]");
   if (!link || event.ctrlKey || event.metaKey || event.shiftKey) return;
@@ -8,7 +10,7 @@ document.addEventListener("click", (event) => {
   if (link.dataset.waterfall === "event") {
     htmx.ajax("GET", url, { target: "#drawer" });
   } else {
-    htmx.ajax("GET", url, { target: "#waterfall", swap: "outerHTML" }).then(() => history.pushState({}, "", url));
+    htmx.ajax("GET", url, { target: "#waterfall", swap: "outerHTML" }).then(() => history.pushState({ waterfall: true }, "", url));
   }
 });
 // Keyboard: Enter on a focused bar follows it (SVG links get no click from Enter in every
@@ -28,5 +30,13 @@ document.addEventListener("keydown", (event) => {
   if (control) {
     event.preventDefault();
     control.click();
+  }
+});
+// Back and forward through windows: the entries pushed above are not htmx's (it restores only its
+// own), so the chart of the window in the address bar is fetched again.
+window.addEventListener("popstate", (event) => {
+  if (event.state && event.state.htmx) return;
+  if (document.getElementById("waterfall")) {
+    htmx.ajax("GET", location.href, { target: "#waterfall", swap: "outerHTML" });
   }
 });

@@ -81,6 +81,7 @@ def test_zoom_the_waterfall(
     assert page.evaluate("window.__notReloaded") is True  # each zoom swapped the chart in place
     page.locator("#waterfall nav").get_by_role("link", name="Whole run").click()
     expect(window).to_contain_text("the whole run")
+    assert page.evaluate("window.__notReloaded") is True
 
     # Back walks the windows back.
     page.go_back()
