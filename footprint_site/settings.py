@@ -255,6 +255,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     ),
     # The overview's figures are at most this old, plus one pass (docs/operations.md).
     "rollups": _every(env.float("FOOTPRINT_ROLLUPS_EVERY_SECONDS", default=20.0), "ledger.tasks.rollups_fold_pending"),
+    "span-index": _every(
+        env.float("FOOTPRINT_SPAN_INDEX_EVERY_SECONDS", default=5.0), "ledger.tasks.run_spans_index_pending"
+    ),
     "chain-anchors": _every(
         env.float("FOOTPRINT_ANCHOR_EVERY_SECONDS", default=300.0), "ledger.tasks.chain_anchors_write"
     ),

@@ -65,6 +65,10 @@ class Run(models.Model):
     # Records [0, search_indexed) are in the full-text index (RunSearchChunk); the worker catches
     # up in the background, and searches read the rest of the chain directly.
     search_indexed = models.IntegerField(db_default=0)
+    # Records [0, spans_indexed) are drawn in the run's waterfall (RunSpan, RunSpanOverview); the
+    # worker rebuilds a changed run's spans every few seconds, and the page builds them at once
+    # for a run never indexed.
+    spans_indexed = models.IntegerField(db_default=0)
     # A stored recording's snapshot holds the run's decisions: its own recording, or that of a
     # run resuming it (a resume carries the ledger on). Decisions projected after it (a late
     # batch) gain the before/after values the snapshot holds.
@@ -89,6 +93,11 @@ class Run(models.Model):
                 fields=["id"],
                 name="run_rollup_pending",
                 condition=models.Q(chain_length__gt=models.F("rolled_up")),
+            ),
+            models.Index(
+                fields=["id"],
+                name="run_spans_pending",
+                condition=models.Q(chain_length__gt=models.F("spans_indexed")),
             ),
         ]
 
@@ -183,6 +192,63 @@ class RunSearchChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}[{self.first_position}..{self.last_position}]"
+
+
+class RunSpan(models.Model):
+    """One bar or mark of a run's waterfall: a stretch of the run between two of its events (a
+    turn, an iteration, an LLM call, a tool call, a person's wait) or one event marked where it
+    happened (a dispatch step, a refusal, an artifact).
+
+    Derived from the chain by the worker (ledger.explorer.span_index) and rebuilt from it at will;
+    times are milliseconds from the run's first event, so a window of the run is one index range.
+    """
+
+    class Kind(models.TextChoices):
+        TURN = "turn", "turn"
+        ITERATION = "iteration", "iteration"
+        LLM = "llm", "LLM call"
+        TOOL = "tool", "tool call"
+        DISPATCH_STEP = "dispatch-step", "dispatch step"
+        SUBFLOW = "subflow", "subflow"
+        ASK_WAIT = "ask-wait", "a person's wait"
+        REFUSAL = "refusal", "refusal"
+        ARTIFACT = "artifact", "artifact mark"
+
+    run = ingested_by_run("+")
+    lane = models.SmallIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    start_ms = models.BigIntegerField()
+    end_ms = models.BigIntegerField()
+    first_seq = models.IntegerField(null=True, blank=True)
+    last_seq = models.IntegerField(null=True, blank=True)
+    # The record a click opens in the event drawer (the span's first).
+    position = models.IntegerField()
+    label = models.TextField()
+    refused = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "lane", "start_ms"], name="runspan_by_lane_start")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.kind} {self.start_ms} to {self.end_ms} ms"
+
+
+class RunSpanOverview(models.Model):
+    """A run's waterfall at its widest zoom, pre-aggregated when its spans are built: the lanes
+    with their span counts, and per lane a fixed number of time buckets. The first render of a
+    100,000-event run reads this one row, not the run's spans."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    indexed_length = models.IntegerField()
+    duration_ms = models.BigIntegerField()
+    # [{"lane": 0, "label": "turns", "spans": 3}, …]
+    lanes = models.JSONField(decoder=JsonbDecoder)
+    # {"<lane>": [[bucket, spans, refused, start_ms, end_ms, position], …]}, only busy buckets.
+    buckets = models.JSONField(decoder=JsonbDecoder)
+    built_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.run_id} overview ({self.indexed_length} records)"
 
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):

@@ -8,7 +8,7 @@ from django.db import connection
 from ledger.asks import deadline_rules, notifications, webhooks
 from ledger.asks import services as asks
 from ledger.audits import integrity
-from ledger.explorer import search
+from ledger.explorer import search, span_index
 from ledger.overview import services as overview
 from ledger.retention import services as retention
 
@@ -54,6 +54,11 @@ def chain_anchors_write() -> int:
 @shared_task(acks_late=True)
 def search_index_pending() -> int:
     return search.search_index_pending()
+
+
+@shared_task(acks_late=True)
+def run_spans_index_pending() -> int:
+    return span_index.run_spans_index_pending()
 
 
 @shared_task(acks_late=True)

@@ -476,6 +476,10 @@ def _tab(t: Target) -> dict[str, Any]:
     return {**_run(t), "tab": "refusals"}
 
 
+def _waterfall(t: Target) -> dict[str, Any]:
+    return {**_run(t), "tab": "waterfall"}
+
+
 def _record(t: Target) -> dict[str, Any]:
     return {**_run(t), "position": 1}  # the turn's start: the user's prompt
 
@@ -566,6 +570,7 @@ PAGES: dict[str, PageCase] = {
         P("ledger:project-anchors", "GET", _project, GONE, EVERY_ROLE, (AUDITOR, 200), "Chain anchors of globex"),
         P("ledger:run-detail", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-tab", "GET", _tab, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
+        P("ledger:run-tab", "GET", _waterfall, GONE, EVERY_ROLE, (AUDITOR, 200), MARK, query={"from": "0", "to": "50"}),
         P("ledger:run-events", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-event", "GET", _record, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("ledger:run-dispatches", "GET", _run, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),

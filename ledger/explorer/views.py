@@ -1,7 +1,7 @@
 """Human pages. GET-only here: auditors read; later pages (asks) add their own POST views."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
@@ -20,7 +20,7 @@ from footprint_site.replicas import reads_that_may_lag
 from ledger.audits import integrity
 from ledger.audits.integrity_selectors import integrity_check_latest, project_anchors_audit
 from ledger.exceptions import RunNotFound
-from ledger.explorer import run_page, selectors
+from ledger.explorer import run_page, selectors, waterfall
 from ledger.forms import RunFilterForm, RunHoldForm
 from ledger.framework.canonical_notes import canonical_notes
 from ledger.models import IntegrityCheck, Run
@@ -63,6 +63,7 @@ def _run_or_404(request: HttpRequest, project_slug: str, run_id: str) -> Run:
 # The run page's tabs, in the order shown. Each is a URL of its own (shareable, works without
 # JavaScript); htmx swaps only the panel.
 TABS = {
+    "waterfall": "Waterfall",
     "timeline": "Timeline",
     "tree": "Tree",
     "tools": "Tool calls",
@@ -84,6 +85,29 @@ def _timeline_context(run: Run, after_seq: int) -> dict[str, object]:
     }
 
 
+class WindowNotWhole(ValueError):
+    """A waterfall window bound that is not whole milliseconds; its message names the field."""
+
+
+def _window_param(request: HttpRequest, name: str) -> int | None:
+    """`from`/`to` of the waterfall's window: whole milliseconds from the run's start, or absent."""
+    value = request.GET.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise WindowNotWhole(
+            f"The waterfall's '{name}' must be a whole number of milliseconds from the run's start, not {value[:40]!r}."
+        ) from None
+
+
+def _waterfall_context(request: HttpRequest, run: Run) -> dict[str, object]:
+    # The timeline's first page comes too: without JavaScript the tab reads as the timeline table.
+    chart = waterfall.run_waterfall(run=run, from_ms=_window_param(request, "from"), to_ms=_window_param(request, "to"))
+    return {"waterfall": chart, **_timeline_context(run, after_seq=-1)}
+
+
 def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:
     page = run_page.run_dispatches(run=run, after_id=after_id)
     heading = canonical_notes().coverage_heading
@@ -92,6 +116,8 @@ def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:
 
 def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
     """Only the open tab's data is read: a 100,000-event run costs one page, not the run."""
+    if tab == "waterfall":
+        return _waterfall_context(request, run)
     if tab == "timeline":
         return _timeline_context(run, after_seq=int_param(request, "after_seq", -1))
     if tab == "tree":
@@ -113,6 +139,8 @@ def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, obj
     context = {"run": run, "tab": tab, "tabs": TABS, **_tab_context(request, run, tab), **(extra or {})}
     if wants_partial(request) and request.htmx.target == "run-tabs":
         return render(request, "ledger/run_detail.html#tab-panel", context)
+    if wants_partial(request) and request.htmx.target == "waterfall" and tab == "waterfall":
+        return render(request, "ledger/run_detail.html#waterfall", context)
     context["header"] = header = run_page.run_header(run=run)
     context.setdefault("check", header.integrity)
     context.update(retention_selectors.run_hold_panel(user=request.user, project=run.project, run_id=run.run_id))
@@ -124,7 +152,7 @@ def _run_page(request: HtmxHttpRequest, run: Run, tab: str, extra: dict[str, obj
 @login_required
 @vary_on_headers(*HTMX_HEADERS, "HX-Target")
 @reads_that_may_lag
-def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: str = "timeline") -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: str = "waterfall") -> HttpResponse:
     if tab not in TABS:
         raise Http404(f"The run page has no tab '{tab}'.")
     try:
@@ -133,7 +161,10 @@ def run_detail(request: HtmxHttpRequest, project_slug: str, run_id: str, tab: st
         if retention_selectors.tombstone_for_user(user=request.user, project_slug=project_slug, run_id=run_id):
             return redirect("retention:removed-run", project_slug=project_slug, run_id=run_id)
         raise Http404(exc.message) from None
-    return _run_page(request, run, tab)
+    try:
+        return _run_page(request, run, tab)
+    except WindowNotWhole as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
 
 
 @require_GET
@@ -193,7 +224,7 @@ def run_integrity(request: HtmxHttpRequest, project_slug: str, run_id: str) -> H
         check = integrity_check_latest(run=run)
     if wants_partial(request):
         return render(request, "ledger/run_detail.html#integrity", {"run": run, "check": check})
-    return _run_page(request, run, "timeline", {"check": check})
+    return _run_page(request, run, "waterfall", {"check": check})
 
 
 @require_GET

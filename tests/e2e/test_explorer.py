@@ -145,7 +145,7 @@ def test_run_timeline_drawer_infinite_scroll_and_tabs(
     base = live_server.url
     ingest(base, agent_secret, "e-tool-effects/events.json")
     page = new_page()
-    sign_in(page, base, "alice", run_url(project, EFFECTS_RUN))
+    sign_in(page, base, "alice", run_url(project, EFFECTS_RUN, "tab/timeline/"))
     page.evaluate("window.__notReloaded = true")
     rows = page.locator("#event-rows tr.event-row")
     expect(rows).to_have_count(100)  # one page; the rest comes when scrolled to
@@ -201,7 +201,7 @@ def test_run_timeline_drawer_infinite_scroll_and_tabs(
     expect(page).to_have_url(base + run_url(project, EFFECTS_RUN, "tab/tools/"))
     expect(page.locator(".run-body article.dispatch")).to_have_count(6)
     page.go_back()
-    expect(page).to_have_url(base + run_url(project, EFFECTS_RUN))
+    expect(page).to_have_url(base + run_url(project, EFFECTS_RUN, "tab/timeline/"))
     expect(rows.first).to_be_visible()
     expect(page.locator("nav.tabs a.current")).to_have_text("Timeline")
 
