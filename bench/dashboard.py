@@ -20,11 +20,10 @@ The database (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/footprint
 its name must contain 'bench') is dropped, created and migrated here. Writes
 bench/results/dashboard.json.
 
-`main()` runs the overview's figures, then the run waterfall's from bench/dashboard_waterfall.py
-(`waterfall_figures()`) when that module is in the tree.
+`main()` runs the overview's figures, then the run waterfall's (bench/dashboard_waterfall.py) on
+the same database.
 """
 
-import importlib.util
 import json
 import os
 import secrets
@@ -45,6 +44,7 @@ os.environ["DJANGO_DEBUG"] = "0"
 os.environ["DJANGO_HTTPS"] = "0"
 
 import common  # bench/common.py
+import dashboard_waterfall  # bench/dashboard_waterfall.py
 import django
 import psycopg
 from psycopg import sql
@@ -252,21 +252,9 @@ def report(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def waterfall_figures() -> dict[str, Any] | None:
-    """The run waterfall's figures, from bench/dashboard_waterfall.py when it is in the tree."""
-    if importlib.util.find_spec("dashboard_waterfall") is None:
-        return None
-    import dashboard_waterfall  # bench/dashboard_waterfall.py
-
-    return dashboard_waterfall.waterfall_figures()
-
-
 def main() -> None:
     common.RESULTS.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"overview": overview_figures()}
-    waterfall = waterfall_figures()
-    if waterfall is not None:
-        result["waterfall"] = waterfall
+    result: dict[str, Any] = {"overview": overview_figures(), "waterfall": dashboard_waterfall.waterfall_figures()}
     result["machine"] = common.machine()
     (common.RESULTS / "dashboard.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"\n  machine    {result['machine']}\n  written to {common.RESULTS / 'dashboard.json'}")

@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("ledger", "0027_run_retention_holds_and_tombstones"),
+        ("ledger", "0028_otlp_spans_without_fk_checks"),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0027_run_retention_holds_and_tombstones'),
+        ('ledger', '0029_pages_product_names_and_refusals_in_time_order'),
         ('tenancy', '0003_run_retention_admin_changes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0027_run_retention_holds_and_tombstones'),
+        ('ledger', '0030_overview_rollups'),
         ('tenancy', '0003_run_retention_admin_changes'),
     ]
 

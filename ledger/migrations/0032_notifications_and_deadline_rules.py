@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0027_run_retention_holds_and_tombstones'),
+        ('ledger', '0031_run_spans_for_the_waterfall'),
         ('tenancy', '0003_run_retention_admin_changes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0027_run_retention_holds_and_tombstones'),
+        ('ledger', '0032_notifications_and_deadline_rules'),
         ('tenancy', '0003_run_retention_admin_changes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -6,13 +6,13 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenancy', '0003_run_retention_admin_changes'),
+        ('tenancy', '0004_approver_admin_changes'),
     ]
 
     operations = [
         migrations.AlterField(
             model_name='adminchange',
             name='action',
-            field=models.CharField(choices=[('key_minted', 'Agent key minted'), ('key_revoked', 'Agent key revoked'), ('role_granted', 'Role granted'), ('role_changed', 'Role changed'), ('role_removed', 'Role removed'), ('retention_changed', 'Artifact retention changed'), ('hold_placed', 'Artifact hold placed'), ('hold_released', 'Artifact hold released'), ('run_retention_changed', 'Run retention changed'), ('run_hold_placed', 'Run hold placed'), ('run_hold_released', 'Run hold released'), ('notification_channel_set', 'Notification channel set'), ('notification_channel_removed', 'Notification channel removed'), ('deadline_rule_set', 'Deadline rule set'), ('deadline_rule_removed', 'Deadline rule removed')], max_length=32),
+            field=models.CharField(choices=[('key_minted', 'Agent key minted'), ('key_revoked', 'Agent key revoked'), ('role_granted', 'Role granted'), ('role_changed', 'Role changed'), ('role_removed', 'Role removed'), ('retention_changed', 'Artifact retention changed'), ('hold_placed', 'Artifact hold placed'), ('hold_released', 'Artifact hold released'), ('run_retention_changed', 'Run retention changed'), ('run_hold_placed', 'Run hold placed'), ('run_hold_released', 'Run hold released'), ('approver_group_created', 'Approver group created'), ('approver_added', 'Approver added to a group'), ('approver_removed', 'Approver removed from a group'), ('approval_rule_added', 'Approval rule added'), ('approval_rule_removed', 'Approval rule removed'), ('standing_limits_changed', 'Standing approval limits changed'), ('notification_channel_set', 'Notification channel set'), ('notification_channel_removed', 'Notification channel removed'), ('deadline_rule_set', 'Deadline rule set'), ('deadline_rule_removed', 'Deadline rule removed')], max_length=32),
         ),
     ]
