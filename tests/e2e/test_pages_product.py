@@ -108,7 +108,7 @@ def test_back_restores_the_filter_form_with_the_rows(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("alice", "/")
+    page = open_page("alice", "/runs/")
     form = page.locator("form[data-filters]")
     rows = page.locator("tr.run-row")
     expect(rows.first).to_be_visible()
@@ -153,7 +153,7 @@ def test_the_auditors_pages_fit_a_phone(
     SCREENSHOTS.mkdir(exist_ok=True)
     run = f"/projects/acme/runs/{paused_ask.run_id}/"
     page = open_page("alice", run, viewport=PHONE, color_scheme=scheme)
-    for name, path in (("run", run), ("run-tools", run + "tab/tools/"), ("runs", "/"), ("refusals", "/refusals/")):
+    for name, path in (("run", run), ("run-tools", run + "tab/tools/"), ("runs", "/runs/"), ("refusals", "/refusals/")):
         page.goto(live_server.url + path)
         expect(page.locator("h1")).to_be_visible()
         page.screenshot(path=str(SCREENSHOTS / f"{name}-phone-{scheme}.png"), full_page=True)

@@ -186,7 +186,12 @@ def test_work_goes_on_without_the_broker_and_background_work_resumes_with_it(
     person = signed_in(web.url, seed["user"]["username"], seed["user"]["password"])
     for page in ("/", "/inbox/", f"/asks/{by_page}/"):
         timed(f"GET {page}", lambda page=page: person.get(page), 200)
-    decision = {"decision": "answer", "value": "yes", "csrfmiddlewaretoken": person.cookies["csrftoken"]}
+    decision = {
+        "decision": "answer",
+        "value": "yes",
+        "confirmed": "on",
+        "csrfmiddlewaretoken": person.cookies["csrftoken"],
+    }
     timed("decide on the ask page", lambda: person.post(f"/asks/{by_page}/decide/", data=decision), 302)
     health = timed("GET /healthz", lambda: httpx.get(f"{web.url}/healthz", timeout=10), 200)
     if health is not None and health.status_code == 200 and health.json()["broker"] == "ok":

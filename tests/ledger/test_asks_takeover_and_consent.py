@@ -61,7 +61,7 @@ def test_a_consent_pause_reaches_the_inbox_as_an_authorization_consent(
     assert "authorization consent" in inbox
     assert f"approve to {GRANTS}" in inbox
     page = _page(approver_client, ask)
-    assert f"Approving will {GRANTS}." in page
+    assert f"Approving will {GRANTS}; then" in page
     assert f"Approve: {GRANTS}</button>" in page
     assert "billing" in page
 
@@ -164,7 +164,7 @@ def test_a_takeover_pause_reaches_the_inbox_as_a_person_takeover(
     assert "person takeover" in inbox
     assert f"approve to {HANDS_BACK}" in inbox
     page = _page(approver_client, ask)
-    assert f"Approving will {HANDS_BACK}." in page
+    assert f"Approving will {HANDS_BACK}; then" in page
     assert f"Approve: {HANDS_BACK}</button>" in page
     assert "wss://live.example/view" in page  # where the person takes over
 

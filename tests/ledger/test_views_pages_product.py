@@ -192,12 +192,12 @@ def test_a_filtered_empty_list_says_nothing_matches_and_links_to_clear_it(
 ) -> None:
     assert agent_client.ingest([_deny("run-1", 0, 1_796_000_000_000, "rule")]).status_code == 200
 
-    runs = _page(auditor_client, "/?status=failed")
+    runs = _page(auditor_client, "/runs/?status=failed")
     refusals = _page(auditor_client, "/refusals/?rule=no-such-rule")
     artifacts = _page(auditor_client, "/projects/acme/artifacts/?kind=no-such-kind")
 
     assert "No runs match these filters." in runs
-    assert '<a href="/" class="clear-filters">Clear the filters</a>' in runs
+    assert '<a href="/runs/" class="clear-filters">Clear the filters</a>' in runs
     assert "No runs yet" not in runs
     assert "No refusals match these filters." in refusals
     assert '<a href="/refusals/" class="clear-filters">Clear the filters</a>' in refusals
@@ -206,14 +206,14 @@ def test_a_filtered_empty_list_says_nothing_matches_and_links_to_clear_it(
 
 
 def test_an_empty_list_with_no_filters_says_there_is_nothing_yet(auditor_client: Client) -> None:
-    assert "No runs yet." in _page(auditor_client, "/")
+    assert "No runs yet." in _page(auditor_client, "/runs/")
     assert "No refusals yet." in _page(auditor_client, "/refusals/")
     assert "No live artifacts." in _page(auditor_client, "/projects/acme/artifacts/")
 
 
 def test_the_filter_form_is_rendered_from_the_url(auditor_client: Client) -> None:
     """What a history restore without a cached snapshot, or a shared link, shows: the form as filtered."""
-    page = _page(auditor_client, "/?status=failed&tool=lookup&has_refusals=on")
+    page = _page(auditor_client, "/runs/?status=failed&tool=lookup&has_refusals=on")
 
     start = page.index('<form method="get"')
     form = page[start : page.index("</form>", start)]
