@@ -8,7 +8,8 @@ become Django's, so a connection lost midway is the 503 of DatabaseUnavailableMi
 not a 500, and Django learns that the connection may be broken.
 """
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -50,3 +51,39 @@ def session_connection() -> BaseDatabaseWrapper:
     different server session, so a lock taken on one would never be released by an unlock sent on
     another; these go to DATABASE_DIRECT_URL instead, and the work they guard stays pooled."""
     return connections[DIRECT] if DIRECT in connections.settings else connections[DEFAULT_DB_ALIAS]
+
+
+def runs_past_mark_fold(
+    *,
+    mark: str,
+    deadline: float,
+    fold: Callable[[list[tuple[int, int, int]]], int],
+    runs_per_pass: int,
+    records_per_run: int,
+    records_per_transaction: int,
+) -> int:
+    """Hand the records of runs whose chain grew past their `mark` column to `fold`, as
+    (run, start, stop) ranges of at most `records_per_transaction` records a call, oldest runs
+    first, each run at most `records_per_run` a round so one huge run cannot starve the others;
+    until nothing is pending or `deadline` (time.monotonic()) passes. Returns what `fold` counted.
+    The worker passes that keep a derived copy of the ledger (search index, rollups) walk it so."""
+    folded = 0
+    while time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT id, {mark}, chain_length FROM ledger_run WHERE chain_length > {mark} ORDER BY id LIMIT %s",  # noqa: S608 - a column name of ours
+                [runs_per_pass],
+            )
+            pending = [(run_pk, start, min(length, start + records_per_run)) for run_pk, start, length in cur]
+        if not pending:
+            break
+        batch: list[tuple[int, int, int]] = []
+        batch_records = 0
+        for run_pk, start, stop in pending:
+            if batch and batch_records + stop - start > records_per_transaction:
+                folded += fold(batch)
+                batch, batch_records = [], 0
+            batch.append((run_pk, start, stop))
+            batch_records += stop - start
+        folded += fold(batch)
+    return folded

@@ -10,7 +10,7 @@ import time
 
 from django.db import connection, transaction
 
-from footprint_site.lib.db import session_connection
+from footprint_site.lib.db import runs_past_mark_fold, session_connection
 from ledger.models import RunSearchChunk
 
 CHUNK_RECORDS = 50  # records per indexed row, at most
@@ -54,34 +54,17 @@ def search_index_pending(*, budget_seconds: float = 20.0) -> int:
     if not locked:
         return 0
     try:
-        return _index_until(time.monotonic() + budget_seconds)
+        return runs_past_mark_fold(
+            mark="search_indexed",
+            deadline=time.monotonic() + budget_seconds,
+            fold=_index_ranges,
+            runs_per_pass=RUNS_PER_PASS,
+            records_per_run=RECORDS_PER_PASS,
+            records_per_transaction=RECORDS_PER_TRANSACTION,
+        )
     finally:
         with session_connection().cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.search-index'))")
-
-
-def _index_until(deadline: float) -> int:
-    indexed = 0
-    while time.monotonic() < deadline:
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT id, search_indexed, chain_length FROM ledger_run"
-                " WHERE chain_length > search_indexed ORDER BY id LIMIT %s",
-                [RUNS_PER_PASS],
-            )
-            pending = [(run_pk, start, min(length, start + RECORDS_PER_PASS)) for run_pk, start, length in cur]
-        if not pending:
-            break
-        batch: list[tuple[int, int, int]] = []
-        batch_records = 0
-        for run_pk, start, stop in pending:
-            if batch and batch_records + stop - start > RECORDS_PER_TRANSACTION:
-                indexed += _index_ranges(batch)
-                batch, batch_records = [], 0
-            batch.append((run_pk, start, stop))
-            batch_records += stop - start
-        indexed += _index_ranges(batch)
-    return indexed
 
 
 def _index_ranges(ranges: list[tuple[int, int, int]]) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from footprint_site.lib.db import session_connection
+from footprint_site.lib.db import runs_past_mark_fold, session_connection
 
 RECORDS_PER_PASS = 20_000  # per run and pass, so one huge run cannot starve the others
 RUNS_PER_PASS = 1000
@@ -147,34 +147,19 @@ def rollups_fold_pending(*, budget_seconds: float = 15.0) -> FoldResult:
     if not locked:
         return FoldResult(records=0, locked_out=True)
     try:
-        return FoldResult(records=_fold_until(time.monotonic() + budget_seconds))
+        return FoldResult(
+            records=runs_past_mark_fold(
+                mark="rolled_up",
+                deadline=time.monotonic() + budget_seconds,
+                fold=fold_ranges,
+                runs_per_pass=RUNS_PER_PASS,
+                records_per_run=RECORDS_PER_PASS,
+                records_per_transaction=RECORDS_PER_TRANSACTION,
+            )
+        )
     finally:
         with session_connection().cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", [LOCK])
-
-
-def _fold_until(deadline: float) -> int:
-    folded = 0
-    while time.monotonic() < deadline:
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT id, rolled_up, chain_length FROM ledger_run"
-                " WHERE chain_length > rolled_up ORDER BY id LIMIT %s",
-                [RUNS_PER_PASS],
-            )
-            pending = [(run_pk, start, min(length, start + RECORDS_PER_PASS)) for run_pk, start, length in cur]
-        if not pending:
-            break
-        batch: list[tuple[int, int, int]] = []
-        batch_records = 0
-        for run_pk, start, stop in pending:
-            if batch and batch_records + stop - start > RECORDS_PER_TRANSACTION:
-                folded += fold_ranges(batch)
-                batch, batch_records = [], 0
-            batch.append((run_pk, start, stop))
-            batch_records += stop - start
-        folded += fold_ranges(batch)
-    return folded
 
 
 def fold_ranges(ranges: list[tuple[int, int, int]]) -> int:
