@@ -13,7 +13,6 @@ arguments unless the channel's admin allowed them. Sending happens in the worker
 decision is made, so a slow receiver delays nobody's decision.
 """
 
-import http.client
 import logging
 import re
 import secrets
@@ -38,7 +37,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from footprint_site.celery import task_send_on_commit
-from ledger.asks.webhooks import DELIVERY_HEADER, MAX_ATTEMPTS, NO_ANSWER, NO_REDIRECTS, SIGNATURE_HEADER, signature
+from ledger.asks.webhooks import MAX_ATTEMPTS, NO_ANSWER, signed_post
 from ledger.asks.webhooks import backoff as outbox_backoff
 from ledger.exceptions import LedgerError
 from ledger.models import (
@@ -425,20 +424,4 @@ def _send_email(message: Message, to: list[str]) -> tuple[int | None, str]:
 
 
 def _post(delivery: WebhookDelivery, channel: NotificationChannel, body: bytes) -> tuple[int | None, str]:
-    request = urllib.request.Request(  # noqa: S310 - an admin's https URL (http only for allowed hosts)
-        channel.target,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            SIGNATURE_HEADER: signature(channel.secret, body),
-            DELIVERY_HEADER: str(delivery.pk),
-        },
-    )
-    try:
-        with NO_REDIRECTS.open(request, timeout=TIMEOUT_SECONDS) as response:
-            return response.status, ""
-    except urllib.error.HTTPError as exc:
-        return exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
-        return None, type(exc).__name__
+    return signed_post(channel.target, channel.secret, body, delivery_id=delivery.pk)

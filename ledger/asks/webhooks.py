@@ -147,26 +147,7 @@ def _post(delivery: WebhookDelivery, endpoint: WebhookEndpoint) -> tuple[int | N
             "decision": ask.decision(),
         }
     )
-    request = urllib.request.Request(  # noqa: S310 - the URL is the project admin's own https/http endpoint
-        endpoint.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            SIGNATURE_HEADER: signature(endpoint.secret, body),
-            DELIVERY_HEADER: str(delivery.pk),
-        },
-    )
-    try:
-        with NO_REDIRECTS.open(request, timeout=TIMEOUT_SECONDS) as response:
-            return response.status, ""
-    except urllib.error.HTTPError as exc:
-        error = f"HTTP {exc.code}"
-        if 300 <= exc.code < 400:
-            error += f" redirect to {exc.headers.get('Location', '?')[:200]} not followed: configure that URL"
-        return exc.code, error
-    except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
-        return None, type(exc).__name__  # ValueError: an answer urllib cannot parse (a bad status line, say)
+    return signed_post(endpoint.url, endpoint.secret, body, delivery_id=delivery.pk)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -231,3 +212,29 @@ def webhooks_send_due(*, limit: int = 50) -> int:
             continue
         delivered += WebhookDelivery.objects.filter(pk=delivery_id, status=WebhookDelivery.Status.DELIVERED).count()
     return delivered
+
+
+def signed_post(url: str, secret: str, body: bytes, *, delivery_id: int) -> tuple[int | None, str]:
+    """POST a signed JSON body once (no redirects followed); the receiver's status code (None
+    without one) and what went wrong. The decision webhook and the notification channels both
+    send through it."""
+    request = urllib.request.Request(  # noqa: S310 - an admin's https URL (http only where allowed)
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: signature(secret, body),
+            DELIVERY_HEADER: str(delivery_id),
+        },
+    )
+    try:
+        with NO_REDIRECTS.open(request, timeout=TIMEOUT_SECONDS) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as exc:
+        error = f"HTTP {exc.code}"
+        if 300 <= exc.code < 400:
+            error += f" redirect to {exc.headers.get('Location', '?')[:200]} not followed: configure that URL"
+        return exc.code, error
+    except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
+        return None, type(exc).__name__  # ValueError: an answer urllib cannot parse (a bad status line, say)
