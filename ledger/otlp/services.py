@@ -73,16 +73,19 @@ def _next_numbers(project: Project, trace_ids: list[str]) -> dict[str, tuple[int
 def _numbered(envelopes: list[dict[str, Any]], first_seq: int) -> tuple[list[Event], int]:
     """The span's events numbered from `first_seq`, and how many of its mapped envelopes were left
     out. The span is valid (decode_spans said so): an envelope its mapping made that is not one
-    (an attribute nesting too deep, say) costs that event, never the span, which is kept verbatim."""
+    (an attribute nesting too deep, say) costs that event, never the span, which is kept verbatim.
+    The envelopes are this request's own (span_events made them): numbered in place, not copied."""
+    for offset, envelope in enumerate(envelopes):
+        envelope["seq"] = first_seq + offset
     try:
-        numbered = [{"seq": first_seq + i, **envelope} for i, envelope in enumerate(envelopes)]
-        return check_events(numbered, from_otlp=True), 0
+        return check_events(envelopes, from_otlp=True), 0
     except BatchInvalid:
         pass
     events: list[Event] = []
     for envelope in envelopes:
+        envelope["seq"] = first_seq + len(events)
         try:
-            events += check_events([{"seq": first_seq + len(events), **envelope}], from_otlp=True)
+            events += check_events([envelope], from_otlp=True)
         except BatchInvalid:
             continue
     return events, len(envelopes) - len(events)

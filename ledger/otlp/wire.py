@@ -277,14 +277,17 @@ def message_json(message: Any, attributes: list[dict[str, Any]] | None = None) -
     return document
 
 
-def _otlp_json(span: Any, attributes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The span as OTLP/JSON: camelCase keys, integer enums, hex ids."""
+def _otlp_json(span: Any, attributes: list[dict[str, Any]], ids: dict[str, str]) -> dict[str, Any]:
+    """The span as OTLP/JSON: camelCase keys, integer enums, hex ids (`ids`: the span's own, in hex
+    already; its links' are turned from base64 here)."""
     raw = message_json(span, attributes)
-    holders = [raw, *_items(raw.get("links"))]
-    for holder in holders:
-        for key in ("traceId", "spanId", "parentSpanId"):
-            if key in holder:
-                holder[key] = base64.b64decode(holder[key]).hex()
+    for key, hex_id in ids.items():
+        if key in raw:
+            raw[key] = hex_id
+    for link in _items(raw.get("links")):
+        for key in ("traceId", "spanId"):
+            if key in link:
+                link[key] = base64.b64decode(link[key]).hex()
     return raw
 
 
@@ -318,12 +321,14 @@ def decode_spans(body: bytes, *, as_json: bool) -> list[Span]:
             for n, span in enumerate(scope_spans.spans):
                 problem = _problem_of(span)
                 parent = bytes(span.parent_span_id)
+                ids = {"traceId": bytes(span.trace_id).hex(), "spanId": bytes(span.span_id).hex()}
+                ids["parentSpanId"] = parent.hex()  # in the copy as sent, all zeros included
                 attributes, attributes_json = _attributes_both(span.attributes)
                 spans.append(
                     Span(
-                        trace_id=bytes(span.trace_id).hex(),
-                        span_id=bytes(span.span_id).hex(),
-                        parent_span_id=parent.hex() if any(parent) else "",
+                        trace_id=ids["traceId"],
+                        span_id=ids["spanId"],
+                        parent_span_id=ids["parentSpanId"] if any(parent) else "",
                         name=span.name,
                         kind=span.kind,
                         start_unix_nano=span.start_time_unix_nano,
@@ -341,7 +346,7 @@ def decode_spans(body: bytes, *, as_json: bool) -> list[Span]:
                         ],
                         resource_attributes=resource_attributes,
                         scope=scope,
-                        raw=_otlp_json(span, attributes_json),
+                        raw=_otlp_json(span, attributes_json, ids),
                         problem=(
                             f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}] ({span.name!r}): {problem}"
                             if problem
