@@ -912,6 +912,30 @@ class ActivityCount(models.Model):
         return f"{self.kind} {self.key} at {self.minute:%Y-%m-%d %H:%M}: {self.count}"
 
 
+class ActivityHourCount(models.Model):
+    """ActivityCount's minutes summed into hours, written by the same fold in the same transaction.
+
+    A window of a week or 30 days reads its hours (at most 720 a project and key) instead of up to
+    43,200 minutes, so its cost stays bounded however busy the ledger grows. Being written with
+    the minutes, an hour still under way is as current as they are.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    hour = models.DateTimeField()
+    kind = models.CharField(max_length=24, choices=ActivityCount.Kind.choices)
+    key = models.TextField(default="", blank=True)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Also the window's index: a project's hours from `since` on.
+        constraints = [
+            models.UniqueConstraint(fields=["project", "hour", "kind", "key"], name="activity_hour_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} in the hour from {self.hour:%Y-%m-%d %H:%M}: {self.count}"
+
+
 class AgentDayUsage(models.Model):
     """Tokens and cost an agent reported in a project on one day (UTC), folded like ActivityCount.
 

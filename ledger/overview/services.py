@@ -1,9 +1,9 @@
 """The overview's rollups, folded from stored records by the worker behind ingestion.
 
 Ingestion never waits for them: it stores events and moves on, and this pass counts each run's
-new records into per-minute counters (ActivityCount) and per-day usage (AgentDayUsage), then
-advances the run's `rolled_up` mark in the same transaction. A record is counted exactly once:
-one pass at a time (a session advisory lock), and a mark that moved meanwhile throws the
+new records into per-minute and per-hour counters (ActivityCount, ActivityHourCount) and per-day
+usage (AgentDayUsage), then advances the run's `rolled_up` mark in the same transaction. A record
+is counted exactly once: one pass at a time (a session advisory lock), and a mark that moved meanwhile throws the
 transaction's counts away. The overview reads the counters, so its cost follows the window shown,
 never the size of the ledger; what the marks have not reached yet is shown as the figures' age.
 """
@@ -65,10 +65,19 @@ counted (project_id, minute, kind, key) AS (
     SELECT e.project_id, e.minute, 'tool-error', t.tool_name
     FROM e JOIN ledger_toolcall t ON t.run_id = e.run_id AND t.tool_call_id = e.tool_call_id
     WHERE e.type = 'agentfootprint.stream.tool_end' AND t.error AND t.tool_name IS NOT NULL
+),
+by_minute AS MATERIALIZED (
+    SELECT project_id, minute, kind, key, count(*) AS count FROM counted GROUP BY project_id, minute, kind, key
+),
+minutes AS (
+    INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
+    SELECT project_id, minute, kind, key, count FROM by_minute
+    ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
 )
-INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
-SELECT project_id, minute, kind, key, count(*) FROM counted GROUP BY project_id, minute, kind, key
-ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
+-- The same counts by the hour (ActivityHourCount), in the same statement: never one without the other.
+INSERT INTO ledger_activityhourcount (project_id, hour, kind, key, count)
+SELECT project_id, date_trunc('hour', minute, 'UTC'), kind, key, sum(count) FROM by_minute GROUP BY 1, 2, 3, 4
+ON CONFLICT (project_id, hour, kind, key) DO UPDATE SET count = ledger_activityhourcount.count + EXCLUDED.count
 """
 
 # `usage.input`/`usage.output` when they are numbers, as the run's own totals count them.
@@ -138,7 +147,7 @@ def rollups_fold_pending(*, budget_seconds: float = 15.0) -> FoldResult:
 
     One pass at a time (a session advisory lock): a pass finding it taken does nothing, so two
     workers (or passes queued behind a slow one) never count the same records twice. Writes
-    ActivityCount, AgentDayUsage and RollupRunCost rows and advances `Run.rolled_up`, a
+    ActivityCount, ActivityHourCount, AgentDayUsage and RollupRunCost rows and advances `Run.rolled_up`, a
     transaction per group of runs; enqueues nothing.
     """
     with session_connection().cursor() as cur:

@@ -148,3 +148,26 @@ def test_the_overview_server_time_does_not_read_events(auditor_client, folded, d
         _html(auditor_client.get("/?window=30d"))
     touching = [q["sql"] for q in queries if "ledger_runevent" in q["sql"] and "position = r.rolled_up" not in q["sql"]]
     assert touching == []
+
+
+def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_client, folded, project) -> None:
+    """Windows of whole-hour columns read the hourly rollup: the same counts, no more queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ledger.overview.selectors import WINDOWS, overview_get
+
+    statements = {}
+    for window in WINDOWS:
+        with CaptureQueriesContext(connection) as queries:
+            _html(auditor_client.get("/", {"window": window}))
+        statements[window] = len(queries)
+    assert len(set(statements.values())) == 1, statements
+    # Everything happened in the last minutes: each window, minutes or hours, sums to the same totals.
+    stored = sum(Run.objects.filter(project=project).values_list("chain_length", flat=True))
+    totals = {
+        name: {series: sum(counts) for series, counts in overview_get(projects=[project], window=window).counts.items()}
+        for name, window in WINDOWS.items()
+    }
+    assert totals["hour"][("events", "")] == stored
+    assert totals["day"] == totals["week"] == totals["30d"] == totals["hour"]
