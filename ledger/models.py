@@ -233,6 +233,26 @@ class RunSpan(models.Model):
         return f"{self.run_id} {self.kind} {self.start_ms} to {self.end_ms} ms"
 
 
+class RunSpanCell(models.Model):
+    """How many of a lane's spans start in one cell of a grid across the run: the waterfall's
+    buckets at every zoom, built with the spans. Level L cuts the run into OVERVIEW_BUCKETS * 4^L
+    equal cells, so any window is drawn from the one level that puts 30 to 120 cells in it, read
+    as one short index range per lane, never by counting the spans themselves."""
+
+    run = ingested_by_run("+")
+    lane = models.SmallIntegerField()
+    level = models.SmallIntegerField()
+    cell = models.IntegerField()
+    spans = models.IntegerField()
+    refused = models.IntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "level", "lane", "cell"], name="runspancell_by_level_lane")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} lane {self.lane} level {self.level} cell {self.cell}: {self.spans}"
+
+
 class RunSpanOverview(models.Model):
     """A run's waterfall at its widest zoom, pre-aggregated when its spans are built: the lanes
     with their span counts, and per lane a fixed number of time buckets. The first render of a

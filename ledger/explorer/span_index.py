@@ -42,6 +42,13 @@ SUBFLOW_LANES = 12
 # a wide screen, few enough that a dense lane stays a few kilobytes.
 OVERVIEW_BUCKETS = 120
 
+# The zoom levels' grids (RunSpanCell): level L has OVERVIEW_BUCKETS * CELL_SPLIT^L cells. A lane
+# of more than OVERVIEW_BUCKETS spans gets levels while they have no more cells than it has spans
+# (a narrower window holds about OVERVIEW_BUCKETS * CELL_SPLIT of its spans at most, few enough to
+# count), and never more than MAX_CELL_LEVEL.
+CELL_SPLIT = 4
+MAX_CELL_LEVEL = 8
+
 READ_RECORDS = 20_000  # events read per query while building
 RUNS_PER_PASS = 200
 ADVISORY_LOCK = "footprint.span-index"
@@ -68,6 +75,7 @@ _EVENTS_SQL = """
     WHERE e.run_id = %(run)s AND e.position >= %(after)s AND e.position < %(stop)s
     ORDER BY e.position LIMIT %(limit)s
 """
+_COPY_CELLS = "COPY ledger_runspancell (run_id, lane, level, cell, spans, refused) FROM STDIN"
 _COPY_SPANS = (
     "COPY ledger_runspan (run_id, lane, kind, start_ms, end_ms, first_seq, last_seq, position, label, refused)"
     " FROM STDIN"
@@ -201,8 +209,8 @@ def spans_from_events(events: Iterator[tuple[Any, ...]], refusals: dict[int, str
 
 
 def overview_of(built: BuiltSpans) -> tuple[list[dict[str, Any]], dict[str, list[list[int]]]]:
-    """The lanes with their span counts and longest span (a window's reads start that far before
-    it), and each lane's busy buckets at the widest zoom:
+    """The lanes with their span counts, longest span (a window's reads start that far before
+    it) and levels of cells (RunSpanCell), and each lane's busy buckets at the widest zoom:
     [bucket, spans, refused, first start, last end, first span's position]."""
     counts: dict[int, int] = {}
     longest: dict[int, int] = {}
@@ -220,10 +228,43 @@ def overview_of(built: BuiltSpans) -> tuple[list[dict[str, Any]], dict[str, list
             cell[2] += int(refused)
             cell[4] = max(cell[4], end)
     lanes = [
-        {"lane": lane, "label": built.lanes[lane], "spans": counts[lane], "longest": longest[lane]}
+        {
+            "lane": lane, "label": built.lanes[lane], "spans": counts[lane], "longest": longest[lane],
+            "levels": cell_levels(counts[lane]),
+        }
         for lane in sorted(counts)
-    ]
+    ]  # fmt: skip
     return lanes, {str(lane): sorted(cells.values()) for lane, cells in buckets.items()}
+
+
+def cell_levels(spans: int) -> int:
+    """How many levels of cells a lane of this many spans gets (0: its windows count spans)."""
+    if spans <= OVERVIEW_BUCKETS:
+        return 0
+    levels = 1
+    while levels < MAX_CELL_LEVEL and OVERVIEW_BUCKETS * CELL_SPLIT**levels <= spans:
+        levels += 1
+    return levels
+
+
+def cell_of(start_ms: int, duration_ms: int, level: int) -> int:
+    """The cell of level `level` that a span starting at `start_ms` counts in (level 0 is the
+    overview's buckets)."""
+    cells = OVERVIEW_BUCKETS * CELL_SPLIT**level
+    return min(cells - 1, start_ms * cells // max(duration_ms, 1))
+
+
+def cells_of(built: BuiltSpans, lanes: list[dict[str, Any]]) -> Iterator[tuple[int, int, int, int, int]]:
+    """(lane, level, cell, spans, refused) of every busy cell of the lanes given levels."""
+    levels = {entry["lane"]: entry["levels"] for entry in lanes if entry["levels"]}
+    counted: dict[tuple[int, int, int], list[int]] = {}
+    for lane, _kind, start, _end, _first, _last, _position, _label, refused in built.rows:
+        for level in range(levels.get(lane, 0)):
+            cell = counted.setdefault((lane, level, cell_of(start, built.duration_ms, level)), [0, 0])
+            cell[0] += 1
+            cell[1] += int(refused)
+    for (lane, level, cell), (spans, refused) in counted.items():
+        yield lane, level, cell, spans, refused
 
 
 def run_spans_build(*, run_pk: int) -> int:
@@ -247,9 +288,13 @@ def run_spans_build(*, run_pk: int) -> int:
         lanes, buckets = overview_of(built)
         with connection.cursor() as cur:
             cur.execute("DELETE FROM ledger_runspan WHERE run_id = %s", [run_pk])
+            cur.execute("DELETE FROM ledger_runspancell WHERE run_id = %s", [run_pk])
             with cur.copy(_COPY_SPANS) as copy:
                 for row in built.rows:
                     copy.write_row((run_pk, *row))
+            with cur.copy(_COPY_CELLS) as copy:
+                for cell in cells_of(built, lanes):
+                    copy.write_row((run_pk, *cell))
             cur.execute(
                 "INSERT INTO ledger_runspanoverview (run_id, indexed_length, duration_ms, lanes, buckets, built_at)"
                 " VALUES (%s, %s, %s, %s, %s, now()) ON CONFLICT (run_id) DO UPDATE SET"

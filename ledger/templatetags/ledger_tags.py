@@ -1,9 +1,9 @@
+import html
 import json
 from typing import Any
 
 import orjson
 from django import template
-from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ledger.asks import approver_rules
@@ -69,13 +69,15 @@ def waterfall_bars(lane: Any, events_url: str, tab_url: str) -> str:
     window has about a thousand bars, and the template engine spent most of the page's time on them."""
     parts = []
     y = lane.bar_y
+    # html.escape, not django's escape: the same entities, cheaper, and a dense window has ~720 bars.
+    tab_url, events_url = html.escape(tab_url), html.escape(events_url)
     for bar in lane.bars:
         if bar.zoom:
-            href, role = f"{escape(tab_url)}?from={bar.zoom[0]}&amp;to={bar.zoom[1]}", "zoom"
+            href, role = f"{tab_url}?from={bar.zoom[0]}&amp;to={bar.zoom[1]}", "zoom"
         else:
-            href, role = f"{escape(events_url)}{bar.position}/", "event"
+            href, role = f"{events_url}{bar.position}/", "event"
         parts.append(
             f'<a href="{href}" data-waterfall="{role}"><rect class="{bar.css}" x="{bar.x}" y="{y}"'
-            f' width="{bar.width}" height="16"/><title>{escape(bar.title)}</title></a>'
+            f' width="{bar.width}" height="16"/><title>{html.escape(bar.title)}</title></a>'
         )
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped or a number

@@ -196,6 +196,75 @@ def test_a_window_never_draws_more_than_its_cap_per_lane(agent_client, project):
     assert sum(int(re.match(r"\d+", bar.title).group()) for bar in steps.bars) == steps.spans
 
 
+@pytest.fixture
+def dense_run(agent_client) -> Run:
+    """600 iterations in one turn: 1,200 dispatch steps, enough for two levels of cells."""
+    ingest(agent_client, list(synthetic_run_events("dense", iterations=600, iterations_per_turn=600)), batch=3000)
+    run = Run.objects.get(run_id="dense")
+    span_index.run_spans_build(run_pk=run.pk)
+    return run
+
+
+def test_each_level_of_cells_counts_every_span_of_its_lane_once(dense_run):
+    from ledger.models import RunSpanCell
+
+    overview = RunSpanOverview.objects.get(run=dense_run)
+    levels = {entry["lane"]: entry["levels"] for entry in overview.lanes}
+    assert levels[span_index.LANE_STEPS] == 2  # 1,200 spans: 120 and 480 cells
+    assert levels[span_index.LANE_TURNS] == 0  # one span: its windows count it
+    for lane, count in levels.items():
+        starts = list(RunSpan.objects.filter(run=dense_run, lane=lane).values_list("start_ms", "refused"))
+        for level in range(count):
+            expected: dict[int, list[int]] = {}
+            for start, refused in starts:
+                cell = expected.setdefault(span_index.cell_of(start, overview.duration_ms, level), [0, 0])
+                cell[0] += 1
+                cell[1] += int(refused)
+            stored = RunSpanCell.objects.filter(run=dense_run, lane=lane, level=level)
+            assert {c.cell: [c.spans, c.refused] for c in stored} == expected, (lane, level)
+
+
+def test_a_zoom_into_a_dense_lane_reads_its_cells_not_its_spans(dense_run):
+    from django.test.utils import CaptureQueriesContext
+
+    duration = RunSpanOverview.objects.get(run=dense_run).duration_ms
+    start, end = duration // 4, duration // 2 - 1  # just under a quarter of the run: the cells of level 1
+    assert waterfall._cell_level(duration, end - start) == 1
+    with CaptureQueriesContext(connection) as queries:
+        chart = waterfall.run_waterfall(run=dense_run, from_ms=start, to_ms=end)
+    assert any("ledger_runspancell" in q["sql"] for q in queries)
+    steps = _lane(chart, "dispatch steps")
+    assert steps.aggregated
+    assert span_index.CELL_SPLIT * waterfall.WINDOW_BUCKETS // 16 <= len(steps.bars) <= waterfall.WINDOW_BUCKETS + 1
+    first, last = (span_index.cell_of(ms, duration, 1) for ms in (start, end))
+    behind = [
+        s
+        for s in RunSpan.objects.filter(run=dense_run, lane=span_index.LANE_STEPS).values_list("start_ms", flat=True)
+        if first <= span_index.cell_of(s, duration, 1) <= last
+    ]
+    assert steps.spans == len(behind) == sum(int(re.match(r"\d+", bar.title).group()) for bar in steps.bars)
+    # Each bucket zooms into its own cell, and sits inside the window.
+    assert all(bar.zoom is not None and bar.zoom[1] - bar.zoom[0] <= duration / 480 + 2 for bar in steps.bars)
+    assert all(bar.x >= 0 and bar.x + bar.width <= waterfall.WIDTH + 0.1 for bar in steps.bars)
+
+
+def test_a_run_indexed_before_the_cells_is_counted_from_its_spans(dense_run):
+    from ledger.models import RunSpanCell
+
+    whole = RunSpanOverview.objects.get(run=dense_run)
+    before = waterfall.run_waterfall(run=dense_run, from_ms=whole.duration_ms // 4, to_ms=whole.duration_ms // 2)
+    RunSpanCell.objects.filter(run=dense_run).delete()
+    whole.lanes = [{k: v for k, v in entry.items() if k != "levels"} for entry in whole.lanes]
+    whole.save()
+    after = waterfall.run_waterfall(run=dense_run, from_ms=whole.duration_ms // 4, to_ms=whole.duration_ms // 2)
+    assert _lane(after, "dispatch steps").aggregated
+    start, end = after.from_ms, after.to_ms
+    in_window = RunSpan.objects.filter(run=dense_run, lane=span_index.LANE_STEPS, start_ms__lte=end, end_ms__gte=start)
+    assert _lane(after, "dispatch steps").spans == in_window.count()
+    # The cells count whole cells at the window's edges: a few spans more, never fewer.
+    assert in_window.count() <= _lane(before, "dispatch steps").spans <= in_window.count() + 20
+
+
 def test_a_window_outside_the_run_is_clamped_to_it(long_run):
     whole = waterfall.run_waterfall(run=long_run)
     chart = waterfall.run_waterfall(run=long_run, from_ms=-500, to_ms=whole.duration_ms * 10)
