@@ -956,6 +956,26 @@ class ActivityHourCount(models.Model):
         return f"{self.kind} {self.key} in the hour from {self.hour:%Y-%m-%d %H:%M}: {self.count}"
 
 
+class ActivityDayCount(models.Model):
+    """ActivityCount's minutes summed into UTC days, written with them like ActivityHourCount: a
+    30-day window reads 30 of them a project and key, however busy its minutes were."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    day = models.DateTimeField()  # the day's first moment, UTC
+    kind = models.CharField(max_length=24, choices=ActivityCount.Kind.choices)
+    key = models.TextField(default="", blank=True)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Also the window's index: a project's days from `since` on.
+        constraints = [
+            models.UniqueConstraint(fields=["project", "day", "kind", "key"], name="activity_day_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} on {self.day:%Y-%m-%d}: {self.count}"
+
+
 class AgentDayUsage(models.Model):
     """Tokens and cost an agent reported in a project on one day (UTC), folded like ActivityCount.
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0034_activity_hour_counts_for_long_windows'),
+        ('ledger', '0034_activity_hour_and_day_counts_for_long_windows'),
     ]
 
     operations = [

@@ -1,11 +1,12 @@
 """The overview's rollups, folded from stored records by the worker behind ingestion.
 
 Ingestion never waits for them: it stores events and moves on, and this pass counts each run's
-new records into per-minute and per-hour counters (ActivityCount, ActivityHourCount) and per-day
-usage (AgentDayUsage), then advances the run's `rolled_up` mark in the same transaction. A record
-is counted exactly once: one pass at a time (a session advisory lock), and a mark that moved meanwhile throws the
-transaction's counts away. The overview reads the counters, so its cost follows the window shown,
-never the size of the ledger; what the marks have not reached yet is shown as the figures' age.
+new records into per-minute, per-hour and per-day counters (ActivityCount, ActivityHourCount,
+ActivityDayCount) and per-day usage (AgentDayUsage), then advances the run's `rolled_up` mark in
+the same transaction. A record is counted exactly once: one pass at a time (a session advisory
+lock), and a mark that moved meanwhile throws the transaction's counts away. The overview reads
+the counters, so its cost follows the window shown, never the size of the ledger; what the marks
+have not reached yet is shown as the figures' age.
 """
 
 import time
@@ -73,11 +74,17 @@ minutes AS (
     INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
     SELECT project_id, minute, kind, key, count FROM by_minute
     ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
+),
+-- The same counts by the hour and by the day (ActivityHourCount, ActivityDayCount), in the same
+-- statement: never one without the others.
+hours AS (
+    INSERT INTO ledger_activityhourcount (project_id, hour, kind, key, count)
+    SELECT project_id, date_trunc('hour', minute, 'UTC'), kind, key, sum(count) FROM by_minute GROUP BY 1, 2, 3, 4
+    ON CONFLICT (project_id, hour, kind, key) DO UPDATE SET count = ledger_activityhourcount.count + EXCLUDED.count
 )
--- The same counts by the hour (ActivityHourCount), in the same statement: never one without the other.
-INSERT INTO ledger_activityhourcount (project_id, hour, kind, key, count)
-SELECT project_id, date_trunc('hour', minute, 'UTC'), kind, key, sum(count) FROM by_minute GROUP BY 1, 2, 3, 4
-ON CONFLICT (project_id, hour, kind, key) DO UPDATE SET count = ledger_activityhourcount.count + EXCLUDED.count
+INSERT INTO ledger_activitydaycount (project_id, day, kind, key, count)
+SELECT project_id, date_trunc('day', minute, 'UTC'), kind, key, sum(count) FROM by_minute GROUP BY 1, 2, 3, 4
+ON CONFLICT (project_id, day, kind, key) DO UPDATE SET count = ledger_activitydaycount.count + EXCLUDED.count
 """
 
 # `usage.input`/`usage.output` when they are numbers, as the run's own totals count them.
@@ -147,8 +154,8 @@ def rollups_fold_pending(*, budget_seconds: float = 15.0) -> FoldResult:
 
     One pass at a time (a session advisory lock): a pass finding it taken does nothing, so two
     workers (or passes queued behind a slow one) never count the same records twice. Writes
-    ActivityCount, ActivityHourCount, AgentDayUsage and RollupRunCost rows and advances `Run.rolled_up`, a
-    transaction per group of runs; enqueues nothing.
+    ActivityCount, ActivityHourCount, ActivityDayCount, AgentDayUsage and RollupRunCost rows and
+    advances `Run.rolled_up`, a transaction per group of runs; enqueues nothing.
     """
     with session_connection().cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [LOCK])

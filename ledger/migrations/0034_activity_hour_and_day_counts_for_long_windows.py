@@ -26,11 +26,33 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('project', 'hour', 'kind', 'key'), name='activity_hour_count_unique')],
             },
         ),
-        # The hours of what the minutes already hold, so long windows read the same figures at once.
+        migrations.CreateModel(
+            name='ActivityDayCount',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('day', models.DateTimeField()),
+                ('kind', models.CharField(choices=[('events', 'events stored'), ('run-started', 'runs started'), ('run-ended', 'runs ended'), ('refusal-category', 'refusals by category'), ('refusal-rule', 'refusals by rule'), ('tool-error', 'tool calls that failed'), ('tool-refusal', 'refusals of a tool')], max_length=24)),
+                ('key', models.TextField(blank=True, default='')),
+                ('count', models.BigIntegerField(default=0)),
+                ('project', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenancy.project')),
+            ],
+            options={
+                'constraints': [models.UniqueConstraint(fields=('project', 'day', 'kind', 'key'), name='activity_day_count_unique')],
+            },
+        ),
+        # The hours and days of what the minutes already hold, so long windows read the same figures at once.
         migrations.RunSQL(
             """
             INSERT INTO ledger_activityhourcount (project_id, hour, kind, key, count)
             SELECT project_id, date_trunc('hour', minute, 'UTC'), kind, key, sum(count)
+            FROM ledger_activitycount GROUP BY 1, 2, 3, 4
+            """,
+            migrations.RunSQL.noop,
+        ),
+        migrations.RunSQL(
+            """
+            INSERT INTO ledger_activitydaycount (project_id, day, kind, key, count)
+            SELECT project_id, date_trunc('day', minute, 'UTC'), kind, key, sum(count)
             FROM ledger_activitycount GROUP BY 1, 2, 3, 4
             """,
             migrations.RunSQL.noop,
