@@ -210,6 +210,7 @@ class RunSpan(models.Model):
         TOOL = "tool", "tool call"
         DISPATCH_STEP = "dispatch-step", "dispatch step"
         SUBFLOW = "subflow", "subflow"
+        BRANCH = "branch", "parallel branch"
         ASK_WAIT = "ask-wait", "a person's wait"
         REFUSAL = "refusal", "refusal"
         ARTIFACT = "artifact", "artifact mark"

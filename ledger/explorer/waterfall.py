@@ -212,7 +212,9 @@ def _bucket_bars(
     from_ms, to_ms = waterfall.from_ms, waterfall.to_ms
     scale = WIDTH / max(to_ms - from_ms, 1)
     busiest = max((spans for _, spans, _ in cells), default=1)
-    kind = _LANE_KINDS.get(lane.number, RunSpan.Kind.SUBFLOW.value)
+    kind = _LANE_KINDS.get(lane.number) or (
+        RunSpan.Kind.BRANCH.value if lane.number >= span_index.FIRST_BRANCH_LANE else RunSpan.Kind.SUBFLOW.value
+    )
     bars = []
     end_text = ""
     previous = None

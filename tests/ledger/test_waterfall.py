@@ -390,3 +390,54 @@ def test_the_page_reads_a_bounded_number_of_queries(auditor_client, project, lon
 
 def test_another_projects_run_has_no_waterfall(outsider_client, project, declined_run):
     assert outsider_client.get(page(project, declined_run)).status_code == 404
+
+
+def _parallel_run_events(run_id: str) -> list[dict]:
+    """A Parallel composition `research` of two agents, `web` and `docs`, whose LLM calls
+    interleave: web starts first, docs starts, web ends, docs ends; docs completes after web."""
+    clock = 1_796_043_000_000
+    events = []
+
+    def event(event_type: str, payload: dict, path: list[str], step: int = 10) -> None:
+        nonlocal clock
+        clock += step
+        meta = {"runId": run_id, "wallClockMs": clock, "runOffsetMs": 0, "compositionPath": path, "subflowPath": []}
+        events.append({"seq": len(events), "type": f"agentfootprint.{event_type}", "payload": payload, "meta": meta})
+
+    root = ["Sequence:pipeline"]
+    web, docs = [*root, "Parallel:research", "Agent:web"], [*root, "Parallel:research", "Agent:docs"]
+    event("agent.turn_start", {"turnIndex": 0, "userPrompt": "compare"}, root)
+    event("composition.enter", {"kind": "Parallel", "id": "research", "name": "research", "childCount": 2}, root)
+    branches = [{"id": "web", "name": "web search"}, {"id": "docs", "name": "internal docs"}]
+    event("composition.fork_start", {"parentId": "research", "branches": branches}, [*root, "Parallel:research"])
+    event("stream.llm_start", {"iteration": 0, "model": "web-model"}, web)
+    event("stream.llm_start", {"iteration": 0, "model": "docs-model"}, docs)
+    event("stream.llm_end", {"iteration": 0, "content": "web says"}, web, step=100)
+    event("composition.branch_complete", {"parentId": "research", "branchId": "web", "status": "ok"}, web)
+    event("stream.llm_end", {"iteration": 0, "content": "docs say"}, docs, step=300)
+    event("composition.merge_end", {"parentId": "research", "strategy": "fn", "mergedBranchCount": 2}, root)
+    event("agent.turn_end", {"turnIndex": 0, "finalContent": "done"}, root)
+    return events
+
+
+def test_parallel_branches_each_get_their_own_lane(agent_client, project, auditor_client):
+    ingest(agent_client, _parallel_run_events("parallel"))
+    run = Run.objects.get(run_id="parallel")
+    chart = waterfall.run_waterfall(run=run)
+    branch_lanes = [lane for lane in chart.lanes if lane.label.startswith("branch ")]
+    assert [lane.label for lane in branch_lanes] == [
+        "branch web search of research",
+        "branch internal docs of research",
+    ]
+    assert len({lane.number for lane in branch_lanes}) == 2
+    web, docs = (RunSpan.objects.get(run=run, kind="branch", lane=lane.number) for lane in branch_lanes)
+    # web: from its first event (seq 3) to its completion (seq 6); docs: seq 4 to its last event (seq 7).
+    assert (web.first_seq, web.last_seq) == (3, 6)
+    assert (docs.first_seq, docs.last_seq) == (4, 7)
+    assert web.start_ms < docs.start_ms < web.end_ms < docs.end_ms
+    # Each branch's LLM call ends its own start, though the calls overlap.
+    llm = {span.label: (span.first_seq, span.last_seq) for span in RunSpan.objects.filter(run=run, kind="llm")}
+    assert llm == {"LLM call web-model": (3, 5), "LLM call docs-model": (4, 7)}
+    html = auditor_client.get(page(project, "parallel")).content.decode()
+    assert "branch web search of research" in html
+    assert 'class="bar k-branch' in html

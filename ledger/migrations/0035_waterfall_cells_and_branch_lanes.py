@@ -26,7 +26,12 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['run', 'level', 'lane', 'cell'], name='runspancell_by_level_lane')],
             },
         ),
-        # Runs indexed before the cells existed are rebuilt by the worker's next passes; until then
-        # their windows are counted from the spans, as before.
+        migrations.AlterField(
+            model_name='runspan',
+            name='kind',
+            field=models.CharField(choices=[('turn', 'turn'), ('iteration', 'iteration'), ('llm', 'LLM call'), ('tool', 'tool call'), ('dispatch-step', 'dispatch step'), ('subflow', 'subflow'), ('branch', 'parallel branch'), ('ask-wait', "a person's wait"), ('refusal', 'refusal'), ('artifact', 'artifact mark')], max_length=16),
+        ),
+        # Runs indexed before the cells (and the branches' lanes) existed are rebuilt by the
+        # worker's next passes; until then their windows are counted from the spans, as before.
         migrations.RunSQL("UPDATE ledger_run SET spans_indexed = 0 WHERE spans_indexed > 0", migrations.RunSQL.noop),
     ]
