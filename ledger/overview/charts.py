@@ -24,7 +24,12 @@ MAX_BAR = 40  # a few days' columns stay columns, not blocks
 @dataclass(frozen=True)
 class Link:
     href: str
-    title: str
+    title: str  # in UTC words; pages.js writes the period again in the reader's time zone
+    # What the link is for ("Runs started") and its period, for that rewrite; none for a link
+    # that is not about a period.
+    subject: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class Cell:
 class Row:
     label: str
     cells: list[Cell]
+    start: datetime
+    end: datetime
 
 
 @dataclass
@@ -109,6 +116,8 @@ class ColumnChart:
                             Cell(series.counts[i], series.link(start, end) if series.counts[i] else None)
                             for series in self.series
                         ],
+                        start=start,
+                        end=end,
                     )
                 )
 
@@ -131,6 +140,11 @@ class ColumnChart:
     @property
     def last_label(self) -> str:
         return _moment(self.buckets[-1] + self.step) if self.buckets else ""
+
+    @property
+    def until(self) -> datetime | None:
+        """The end of the last column (the axis' right end)."""
+        return self.buckets[-1] + self.step if self.buckets else None
 
     @property
     def per(self) -> str:
@@ -197,7 +211,7 @@ def _iso(at: datetime) -> str:
 def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
         href = _url("ledger:run-list", since=_iso(start), until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}")
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
 
     return link
 
@@ -205,7 +219,7 @@ def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
 def _refusals(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
         href = _url("refusals:refusal-list", since=_iso(start), until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}")
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
 
     return link
 
@@ -335,7 +349,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
 
 def _inbox(title: str) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
-        return Link(reverse("asks:inbox"), f"{title}, {period_label(start, end)}: the inbox")
+        return Link(reverse("asks:inbox"), f"{title}, {period_label(start, end)}: the inbox", title, start, end)
 
     return link
 

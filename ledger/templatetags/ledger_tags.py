@@ -1,9 +1,11 @@
 import html
 import json
+from datetime import datetime
 from typing import Any
 
 import orjson
 from django import template
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from ledger.asks import approver_rules
@@ -81,3 +83,26 @@ def waterfall_bars(lane: Any, events_url: str, tab_url: str) -> str:
             f' width="{bar.width}" height="16"/><title>{html.escape(bar.title)}</title></a>'
         )
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped or a number
+
+
+@register.simple_tag
+def period_attributes(start: datetime | None, end: datetime | None, subject: str = "") -> str:
+    """data-period-start/-end (ISO instants) and data-subject on an element whose text or title
+    names a period in UTC words: static/js/pages.js writes it again in the reader's time zone, the
+    rule every page's times follow (the `when` filter)."""
+    if not isinstance(start, datetime) or not isinstance(end, datetime):
+        return ""
+    return format_html(
+        ' data-period-start="{}" data-period-end="{}"{}',
+        start.isoformat(),
+        end.isoformat(),
+        format_html(' data-subject="{}"', subject) if subject else "",
+    )
+
+
+@register.simple_tag
+def moment_attributes(moment: datetime | None) -> str:
+    """datetime and data-moment on a <time> naming one moment in UTC words, rewritten likewise."""
+    if not isinstance(moment, datetime):
+        return ""
+    return format_html(' datetime="{}" data-moment', moment.isoformat())

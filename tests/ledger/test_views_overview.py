@@ -2,6 +2,7 @@
 
 import re
 import time
+from datetime import datetime, timedelta
 from html import unescape
 from typing import Any
 
@@ -52,7 +53,7 @@ def test_the_overview_charts_the_persons_projects(auditor_client, folded, django
     assert "Figures are up to date" in html
     marks = MARK_HREF.findall(html)
     assert marks, "no chart mark"
-    assert all("<title>" in part for part in html.split('class="mark"')[1:])  # each mark names itself
+    assert all("<title" in part for part in html.split('class="mark"')[1:])  # each mark names itself
     assert "The figures as a table" in html
     assert 'style="' not in html  # the CSP forbids inline styles
     assert "/static/css/overview.css" in html
@@ -171,3 +172,21 @@ def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_c
     }
     assert totals["hour"][("events", "")] == stored
     assert totals["day"] == totals["week"] == totals["30d"] == totals["hour"]
+
+
+def test_every_time_on_a_chart_carries_its_instant_for_the_readers_time_zone(auditor_client, folded) -> None:
+    """The UTC words are the no-JavaScript fallback; static/js/pages.js rewrites them from these
+    instants in the reader's zone (tests/e2e/test_overview.py checks it in Chromium)."""
+    html = _html(auditor_client.get("/", {"window": "hour"}))
+    section = html.split('id="chart-runs-started"')[1].split("</section>")[0]
+    titles = re.findall(r"<title([^>]*)>([^<]+)</title>", section)
+    assert titles
+    for attributes, text in titles:
+        start, end = re.search(r'data-period-start="([^"]+)" data-period-end="([^"]+)"', attributes).groups()
+        assert datetime.fromisoformat(end) - datetime.fromisoformat(start) == timedelta(minutes=1)
+        assert 'data-subject="Runs started"' in attributes
+        assert text.startswith("Runs started, ")
+        assert text.endswith(" UTC")
+    axis = re.findall(r'<time datetime="([^"]+)" data-moment>', section)
+    assert len(axis) == 2
+    assert re.search(r'<td><time datetime="[^"]+" data-period-start=', section)
