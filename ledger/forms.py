@@ -6,6 +6,7 @@ from django import forms
 from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
+from ledger.asks import selectors as ask_selectors
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
 from ledger.models import LedgerRetention, NotificationChannel, Refusal, Run
 from ledger.overview.selectors import DEFAULT_WINDOW, WINDOWS, Window
@@ -59,6 +60,8 @@ class RunFilterForm(forms.Form):
     tool = forms.CharField(required=False)
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
+    ended_since = forms.DateTimeField(required=False, label="last event from")
+    ended_until = forms.DateTimeField(required=False, label="last event until")
     has_refusals = forms.BooleanField(required=False, label="with refusals")
     has_open_asks = forms.BooleanField(required=False, label="with open asks")
     q = forms.CharField(required=False, max_length=MAX_SEARCH_CHARS, label="Search payloads")
@@ -68,6 +71,12 @@ class RunFilterForm(forms.Form):
 
     def clean_until(self) -> datetime | None:
         return self._storable(self.cleaned_data.get("until"))
+
+    def clean_ended_since(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("ended_since"))
+
+    def clean_ended_until(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("ended_until"))
 
     @staticmethod
     def _storable(value: datetime | None) -> datetime | None:
@@ -87,6 +96,8 @@ class RunFilterForm(forms.Form):
             tool=data.get("tool") or None,
             since=data.get("since"),
             until=data.get("until"),
+            ended_since=data.get("ended_since"),
+            ended_until=data.get("ended_until"),
             has_refusals=bool(data.get("has_refusals")),
             has_open_asks=bool(data.get("has_open_asks")),
             text=data.get("q") or None,
@@ -112,6 +123,49 @@ class OverviewForm(forms.Form):
         return None if "project" in self.errors else (self.cleaned_data.get("project") or None)
 
 
+class AskListFilterForm(forms.Form):
+    """The ask list's query string (the overview's asks chart links here). A value that does not
+    parse is dropped and named, never a 400."""
+
+    project = forms.SlugField(required=False)
+    opened_since = forms.DateTimeField(required=False)
+    opened_until = forms.DateTimeField(required=False)
+    decided_since = forms.DateTimeField(required=False)
+    decided_until = forms.DateTimeField(required=False)
+    closed_by = forms.ChoiceField(
+        required=False,
+        choices=[("", "anything"), ("decision", "a decision"), ("deadline", "the deadline")],
+        label="closed by",
+    )
+
+    def _clean_moment(self, name: str) -> datetime | None:
+        return RunFilterForm._storable(self.cleaned_data.get(name))
+
+    def clean_opened_since(self) -> datetime | None:
+        return self._clean_moment("opened_since")
+
+    def clean_opened_until(self) -> datetime | None:
+        return self._clean_moment("opened_until")
+
+    def clean_decided_since(self) -> datetime | None:
+        return self._clean_moment("decided_since")
+
+    def clean_decided_until(self) -> datetime | None:
+        return self._clean_moment("decided_until")
+
+    def filters(self) -> ask_selectors.AskWindowFilter:
+        self.is_valid()
+        data = {k: v for k, v in getattr(self, "cleaned_data", {}).items() if k not in self.errors}
+        return ask_selectors.AskWindowFilter(
+            project=data.get("project") or None,
+            opened_since=data.get("opened_since"),
+            opened_until=data.get("opened_until"),
+            decided_since=data.get("decided_since"),
+            decided_until=data.get("decided_until"),
+            closed_by=data.get("closed_by") or None,
+        )
+
+
 class AuditBundleUploadForm(forms.Form):
     """A bundle file and the project whose stored chain it is checked against."""
 
@@ -133,6 +187,7 @@ class AuditBundleUploadForm(forms.Form):
 class RefusalFilterForm(forms.Form):
     """Query-string filters. A value that does not parse is dropped (and reported), never a 400."""
 
+    project = forms.SlugField(required=False)
     category = forms.ChoiceField(choices=[("", "any"), *Refusal.Category.choices], required=False)
     # Rules, tools and agents are stored whole, however long: a filter by one is never dropped for its length.
     rule = forms.CharField(required=False)
@@ -145,6 +200,7 @@ class RefusalFilterForm(forms.Form):
         self.is_valid()
         data = getattr(self, "cleaned_data", {})
         return refusal_selectors.RefusalFilter(
+            project=data.get("project") or None,
             category=data.get("category") or None,
             rule=data.get("rule") or None,
             tool=data.get("tool") or None,

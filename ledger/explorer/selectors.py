@@ -64,6 +64,10 @@ class RunFilter:
     tool: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    # The run's last event (for an ended run, the event that ended it), as the overview's
+    # "runs ended" chart counts it.
+    ended_since: datetime | None = None
+    ended_until: datetime | None = None
     has_refusals: bool = False
     has_open_asks: bool = False
     text: str | None = None
@@ -78,7 +82,7 @@ def run_list(
 ) -> Page[Run]:
     """A page of runs of the given projects, newest first, keyset-paged by id.
 
-    The time range applies to the run's first event.
+    `since`/`until` apply to the run's first event, `ended_since`/`ended_until` to its last.
     """
     f = filters or RunFilter()
     runs = Run.objects.filter(project__in=projects).select_related("project")
@@ -89,6 +93,8 @@ def run_list(
         (f.agent, "agent_id"),
         (f.since, "first_event_at__gte"),
         (f.until, "first_event_at__lt"),
+        (f.ended_since, "last_event_at__gte"),
+        (f.ended_until, "last_event_at__lt"),
     ):
         if value:
             runs = runs.filter(**{lookup: value})

@@ -216,6 +216,16 @@ def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     return link
 
 
+def _runs_ended(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    """Runs whose last event (the one that ended them) falls in the period."""
+
+    def link(start: datetime, end: datetime) -> Link:
+        href = _url("ledger:run-list", ended_since=_iso(start), ended_until=_iso(end), **query)
+        return Link(href, f"{title}, ended {period_label(start, end)}", title + ", ended", start, end)
+
+    return link
+
+
 def _refusals(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
         href = _url("refusals:refusal-list", since=_iso(start), until=_iso(end), **query)
@@ -266,7 +276,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 status,
                 STATUS_CSS.get(status, "s-7"),
                 counts,
-                _runs(f"Runs now {status} (by their first event)", status=status, project=project_slug),
+                _runs_ended(f"Runs now {status}", status=status, project=project_slug),
             )
             for status, counts in overview.series("run-ended").items()
         ],
@@ -301,7 +311,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 category,
                 PALETTE[i % len(PALETTE)],
                 counts,
-                _refusals(f"Refusals ({category})", category=category, agent=None),
+                _refusals(f"Refusals ({category})", category=category, project=project_slug),
             )
             for i, (category, counts) in enumerate(overview.series("refusal-category").items())
         ],
@@ -318,7 +328,9 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 rule,
                 sum(counts),
                 Link(
-                    _url("refusals:refusal-list", rule=rule, since=_iso(since), until=_iso(until)),
+                    _url(
+                        "refusals:refusal-list", rule=rule, project=project_slug, since=_iso(since), until=_iso(until)
+                    ),
                     f"{_counted(sum(counts), 'refusal', 'refusals')} by {rule}, {label}",
                 ),
             )
@@ -332,10 +344,20 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
         title="Asks",
         unit="asks",
         series=[
-            Series("opened", "opened", "s-0", asks.opened, _inbox("Asks opened")),
-            Series("decided", "decided", "s-ok", asks.decided, _inbox("Asks decided")),
+            Series("opened", "opened", "s-0", asks.opened, _asks("Asks opened", "opened", project=project_slug)),
             Series(
-                "timed-out", "closed by their deadline", "s-warn", asks.timed_out, _inbox("Asks closed by deadline")
+                "decided",
+                "decided",
+                "s-ok",
+                asks.decided,
+                _asks("Asks decided", "decided", closed_by="decision", project=project_slug),
+            ),
+            Series(
+                "timed-out",
+                "closed by their deadline",
+                "s-warn",
+                asks.timed_out,
+                _asks("Asks closed by their deadline", "decided", closed_by="deadline", project=project_slug),
             ),
         ],
         buckets=buckets,
@@ -347,9 +369,13 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
     return charts
 
 
-def _inbox(title: str) -> Callable[[datetime, datetime], Link]:
+def _asks(title: str, when: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    """The asks opened (or decided) in the period: the ask list filtered as the chart counts."""
+
     def link(start: datetime, end: datetime) -> Link:
-        return Link(reverse("asks:inbox"), f"{title}, {period_label(start, end)}: the inbox", title, start, end)
+        period = {f"{when}_since": _iso(start), f"{when}_until": _iso(end)}
+        href = _url("asks:ask-list", **period, **query)
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
 
     return link
 
@@ -367,7 +393,9 @@ def _tools_chart(
         runs = Link(
             _url("ledger:run-list", tool=tool, project=project_slug, **period), f"Runs that called {tool}, {label}"
         )
-        refusal_link = Link(_url("refusals:refusal-list", tool=tool, **period), f"Refusals of {tool}, {label}")
+        refusal_link = Link(
+            _url("refusals:refusal-list", tool=tool, project=project_slug, **period), f"Refusals of {tool}, {label}"
+        )
         items.append(
             Ranked(
                 tool,

@@ -29,7 +29,7 @@ RECORDS_PER_TRANSACTION = 20_000
 _COUNT_ACTIVITY = """
 WITH w AS (SELECT * FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)),
 e AS MATERIALIZED (
-    SELECT r.project_id, e.run_id, e.seq, e.type, e.tool_call_id, e.doc,
+    SELECT r.project_id, e.run_id, e.seq, e.type, e.tool_call_id, e.doc, e.wall_clock_ms,
         date_trunc('minute', e.received_at) AS minute
     FROM w JOIN ledger_run r ON r.id = w.run_id
     JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
@@ -46,8 +46,11 @@ counted (project_id, minute, kind, key) AS (
     SELECT r.project_id, date_trunc('minute', coalesce(r.first_event_at, r.created_at)), 'run-started', ''
     FROM w JOIN ledger_run r ON r.id = w.run_id WHERE w.start = 0
     UNION ALL
+    -- In the minute the ending event's wall clock names, as the run list's "last event" filter
+    -- finds the run (its last_event_at), falling back to when it was stored.
     SELECT project_id, minute, 'run-ended', ending FROM (
-        SELECT e.project_id, e.minute, CASE
+        SELECT e.project_id,
+        coalesce(date_trunc('minute', to_timestamp(e.wall_clock_ms / 1000.0)), e.minute) AS minute, CASE
             WHEN e.type = 'agentfootprint.agent.turn_end' THEN 'completed'
             WHEN e.type = 'agentfootprint.error.fatal'
                 AND (e.doc->'payload'->>'stage') IS DISTINCT FROM 'observer' THEN 'failed'

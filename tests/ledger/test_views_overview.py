@@ -190,3 +190,91 @@ def test_every_time_on_a_chart_carries_its_instant_for_the_readers_time_zone(aud
     axis = re.findall(r'<time datetime="([^"]+)" data-moment>', section)
     assert len(axis) == 2
     assert re.search(r'<td><time datetime="[^"]+" data-period-start=', section)
+
+
+def _marks(html: str, chart: str) -> list[tuple[str, str]]:
+    """(href, title) of each mark of a chart."""
+    section = html.split(f'id="chart-{chart}"')[1].split("</section>")[0]
+    return [
+        (unescape(href), unescape(title))
+        for href, title in re.findall(
+            r'<a href="([^"]+)" class="mark"><rect [^>]*><title[^>]*>([^<]+)</title>', section
+        )
+    ]
+
+
+def test_each_asks_mark_leads_to_the_asks_behind_it(auditor_client, agent_client, integration_client, project):
+    """Opened, decided and closed by their deadline: each column's link lists exactly its asks."""
+    from datetime import UTC
+    from datetime import datetime as moment
+
+    from ledger.asks.services import asks_apply_deadlines
+    from ledger.models import Ask
+    from tests.ledger.ask_helpers import decide, open_ask, plain_body
+
+    past = moment.now(UTC) - timedelta(minutes=1)
+    decided = open_ask(agent_client, plain_body("q1", "run-a"))
+    timed_out = open_ask(agent_client, {**plain_body("q2", "run-b"), "deadline": past.isoformat()})
+    still_open = open_ask(agent_client, plain_body("q3", "run-c"))
+    answered = decide(integration_client, decided["id"], approved=True, by="carol", value="EU")
+    assert answered.status_code == 200, answered.content
+    assert asks_apply_deadlines() == 1
+    html = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
+    marks = _marks(html, "asks")
+    expected = {
+        "Asks opened": {decided["id"], timed_out["id"], still_open["id"]},
+        "Asks decided": {decided["id"]},
+        "Asks closed by their deadline": {timed_out["id"]},
+    }
+    found: dict[str, set[int]] = {subject: set() for subject in expected}
+    for href, title in marks:
+        assert href.startswith("/asks/?"), href
+        subject = title.split(",")[0]
+        page = _html(auditor_client.get(href))
+        found[subject] |= {int(pk) for pk in re.findall(r'<tr class="ask-row" id="ask-(\d+)">', page)}
+    assert found == expected
+    assert Ask.objects.filter(project=project).count() == 3
+
+
+def test_each_runs_ended_mark_leads_to_the_runs_that_ended_then(auditor_client, folded, project):
+    """Counted in the minute the ending event's wall clock names: the run list's last-event filter."""
+    marks = _marks(_html(auditor_client.get("/", {"window": "hour", "project": project.slug})), "runs-ended")
+    assert marks
+    behind: dict[str, set[str]] = {}
+    for href, _title in marks:
+        assert "ended_since=" in href
+        assert "ended_until=" in href
+        status = re.search(r"status=(\w+)", href).group(1)
+        page = _html(auditor_client.get(href))
+        behind.setdefault(status, set()).update(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
+    ended = Run.objects.filter(project=project).exclude(status__in=["running", "paused"])
+    assert behind == {
+        status: set(ended.filter(status=status).values_list("run_id", flat=True))
+        for status in ended.values_list("status", flat=True)
+    }
+
+
+def test_refusal_marks_of_one_project_list_that_projects_refusals_only(
+    auditor_client, agent_client, other_agent_client, project, other_project, auditor
+):
+    """A person in both projects who chose one sees the refusals of that one behind its marks."""
+    from tenancy.models import Membership
+
+    Membership.objects.create(user=auditor, project=other_project, role=Membership.Role.AUDITOR)
+    for client in (agent_client, other_agent_client):
+        assert client.ingest(recent(fixture_events("b-middleware/events-declined.json"))).status_code == 200
+    services.rollups_fold_pending()
+    html = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
+    hrefs = [href for href, _ in _marks(html, "refusals")]
+    assert hrefs
+    assert all(f"project={project.slug}" in href for href in hrefs)
+    behind = sum(_html(auditor_client.get(href)).count('class="refusal-row"') for href in hrefs)
+    assert behind == Refusal.objects.filter(run__project=project).count() > 0
+    assert Refusal.objects.filter(run__project=other_project).count() > 0
+
+
+def test_the_ask_list_answers_another_projects_slug_with_a_404(outsider_client, auditor_client, project):
+    assert outsider_client.get("/asks/", {"project": project.slug}).status_code == 404
+    html = _html(auditor_client.get("/asks/", {"project": project.slug, "opened_since": "soon"}))
+    assert "opened_since: Enter a valid date/time." in html
+    assert "No asks match these filters." in html
