@@ -5,13 +5,14 @@ Every mark is a link to the runs or refusals behind it and carries a <title> (it
 its name for screen readers); every chart also has a table with the same figures and links.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeAlias
 from urllib.parse import urlencode
 
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 
 from ledger.overview.selectors import Overview
 
@@ -91,6 +92,8 @@ class ColumnChart:
         for i, start in enumerate(self.buckets):
             end = start + self.step
             stacked = 0
+            # Each count's link once, for its mark and its table cell.
+            links = {series.key: series.link(start, end) for series in self.series if series.counts[i]}
             for series in self.series:
                 count = series.counts[i]
                 if not count:
@@ -104,7 +107,7 @@ class ColumnChart:
                         width=round(bar, 2),
                         height=round(max(height, 1.0), 2),
                         css=series.css,
-                        link=series.link(start, end),
+                        link=links[series.key],
                     )
                 )
                 stacked += count
@@ -112,10 +115,7 @@ class ColumnChart:
                 self.rows.append(
                     Row(
                         label=period_label(start, end),
-                        cells=[
-                            Cell(series.counts[i], series.link(start, end) if series.counts[i] else None)
-                            for series in self.series
-                        ],
+                        cells=[Cell(series.counts[i], links.get(series.key)) for series in self.series],
                         start=start,
                         end=end,
                     )
@@ -183,6 +183,7 @@ def _moment(at: datetime) -> str:
     return at.strftime("%d %b %H:%M UTC")
 
 
+@functools.lru_cache(maxsize=4096)  # a page names each of its periods in several links
 def period_label(start: datetime, end: datetime) -> str:
     if end - start >= timedelta(days=1):
         return start.strftime("%a %d %b")
@@ -201,7 +202,13 @@ def _step_name(step: timedelta) -> str:
 
 def _url(name: str, **query: object) -> str:
     kept = {key: value for key, value in query.items() if value not in (None, "")}
-    return reverse(name) + ("?" + urlencode(kept) if kept else "")
+    return _path(name, get_script_prefix()) + ("?" + urlencode(kept) if kept else "")
+
+
+@functools.lru_cache(maxsize=64)
+def _path(name: str, script_prefix: str) -> str:
+    """A list page's path (the same for every link to it under one script prefix)."""
+    return reverse(name)
 
 
 def _iso(at: datetime) -> str:
