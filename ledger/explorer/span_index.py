@@ -334,11 +334,11 @@ def cells_of(built: BuiltSpans, lanes: list[dict[str, Any]]) -> Iterator[tuple[i
     counted: dict[tuple[int, int, int], list[int]] = {}
     for lane, _kind, start, _end, _first, _last, _position, _label, refused in built.rows:
         for level in range(levels.get(lane, 0)):
-            cell = counted.setdefault((lane, level, cell_of(start, built.duration_ms, level)), [0, 0])
-            cell[0] += 1
-            cell[1] += int(refused)
-    for (lane, level, cell), (spans, refused) in counted.items():
-        yield lane, level, cell, spans, refused
+            tally = counted.setdefault((lane, level, cell_of(start, built.duration_ms, level)), [0, 0])
+            tally[0] += 1
+            tally[1] += int(refused)
+    for (lane, level, cell), (spans, refusals) in counted.items():
+        yield lane, level, cell, spans, refusals
 
 
 def run_spans_build(*, run_pk: int) -> int:
