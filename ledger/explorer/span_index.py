@@ -206,7 +206,10 @@ def spans_from_events(events: Iterator[tuple[Any, ...]], refusals: dict[int, str
         fields = _fields(gist)
         # Parallel branches: each branch's events, however they interleave with the others', are
         # one span on the branch's lane, from its first event to its completion or its last event.
-        branch = branch_of(orjson.loads(composition) if isinstance(composition, str) else composition)
+        # Most events are in no Parallel composition: their path (JSON text) is not parsed at all.
+        if isinstance(composition, str):
+            composition = orjson.loads(composition) if "Parallel:" in composition else None
+        branch = branch_of(composition)
         forked = orjson.loads(forked) if isinstance(forked, str) else forked
         if isinstance(forked, list):  # a fork_start's branches: their names, for their lanes
             for entry in forked:
@@ -333,8 +336,14 @@ def cells_of(built: BuiltSpans, lanes: list[dict[str, Any]]) -> Iterator[tuple[i
     levels = {entry["lane"]: entry["levels"] for entry in lanes if entry["levels"]}
     counted: dict[tuple[int, int, int], list[int]] = {}
     for lane, _kind, start, _end, _first, _last, _position, _label, refused in built.rows:
-        for level in range(levels.get(lane, 0)):
-            tally = counted.setdefault((lane, level, cell_of(start, built.duration_ms, level)), [0, 0])
+        count = levels.get(lane, 0)
+        if not count:
+            continue
+        # A level's cell is the finest level's divided by CELL_SPLIT per level between them
+        # (floors nest), so each span's cell is computed once.
+        finest = cell_of(start, built.duration_ms, count - 1)
+        for level in range(count):
+            tally = counted.setdefault((lane, level, finest // CELL_SPLIT ** (count - 1 - level)), [0, 0])
             tally[0] += 1
             tally[1] += int(refused)
     for (lane, level, cell), (spans, refusals) in counted.items():
