@@ -105,6 +105,12 @@ def _period_text(start: datetime | None, end: datetime | None, subject: str = ""
 
 
 @register.simple_tag
+def period_attributes(start: datetime | None, end: datetime | None, subject: str = "") -> str:
+    """_period_text for one element of a template (the usage table's days and links)."""
+    return mark_safe(_period_text(start, end, subject))  # noqa: S308 - ISO instants and an escaped subject
+
+
+@register.simple_tag
 def chart_marks(chart: Any) -> str:
     """An overview column chart's marks as SVG links, each with its title. Written here rather
     than in a template loop, as waterfall_bars: a busy 10-project window has hundreds of marks."""

@@ -114,6 +114,10 @@ def test_chart_labels_and_titles_read_in_the_readers_time_zone(
         row_period = chart.locator(".chart-table tbody time").first
         assert "UTC" not in row_period.text_content()
         assert f"{start:%H:%M}" in row_period.text_content()
+        # The usage table's days (UTC days) and their links name their periods in local time too.
+        usage_day = page.locator("#chart-usage table.usage tbody time").first
+        assert "UTC" not in usage_day.text_content()
+        assert "UTC" not in page.locator("#chart-usage table.usage tbody a").first.get_attribute("title")
         # The window chosen in place swaps the figures in: they are written in local time too.
         page.get_by_label("Last day").check()
         expect(page).to_have_url(re.compile(r"[?&]window=day"))
