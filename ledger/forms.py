@@ -62,6 +62,8 @@ class RunFilterForm(forms.Form):
     until = forms.DateTimeField(required=False)
     ended_since = forms.DateTimeField(required=False, label="last event from")
     ended_until = forms.DateTimeField(required=False, label="last event until")
+    stored_since = forms.DateTimeField(required=False, label="events stored from")
+    stored_until = forms.DateTimeField(required=False, label="events stored until")
     has_refusals = forms.BooleanField(required=False, label="with refusals")
     has_open_asks = forms.BooleanField(required=False, label="with open asks")
     q = forms.CharField(required=False, max_length=MAX_SEARCH_CHARS, label="Search payloads")
@@ -77,6 +79,12 @@ class RunFilterForm(forms.Form):
 
     def clean_ended_until(self) -> datetime | None:
         return self._storable(self.cleaned_data.get("ended_until"))
+
+    def clean_stored_since(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("stored_since"))
+
+    def clean_stored_until(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("stored_until"))
 
     @staticmethod
     def _storable(value: datetime | None) -> datetime | None:
@@ -98,6 +106,8 @@ class RunFilterForm(forms.Form):
             until=data.get("until"),
             ended_since=data.get("ended_since"),
             ended_until=data.get("ended_until"),
+            stored_since=data.get("stored_since"),
+            stored_until=data.get("stored_until"),
             has_refusals=bool(data.get("has_refusals")),
             has_open_asks=bool(data.get("has_open_asks")),
             text=data.get("q") or None,

@@ -68,6 +68,10 @@ class RunFilter:
     # "runs ended" chart counts it.
     ended_since: datetime | None = None
     ended_until: datetime | None = None
+    # When the server stored the run's events (its first and latest writes): the runs behind the
+    # overview's "events stored" columns, and perhaps a run that stored nothing in between.
+    stored_since: datetime | None = None
+    stored_until: datetime | None = None
     has_refusals: bool = False
     has_open_asks: bool = False
     text: str | None = None
@@ -82,7 +86,8 @@ def run_list(
 ) -> Page[Run]:
     """A page of runs of the given projects, newest first, keyset-paged by id.
 
-    `since`/`until` apply to the run's first event, `ended_since`/`ended_until` to its last.
+    `since`/`until` apply to the run's first event, `ended_since`/`ended_until` to its last,
+    `stored_since`/`stored_until` to when the server stored its events.
     """
     f = filters or RunFilter()
     runs = Run.objects.filter(project__in=projects).select_related("project")
@@ -95,6 +100,8 @@ def run_list(
         (f.until, "first_event_at__lt"),
         (f.ended_since, "last_event_at__gte"),
         (f.ended_until, "last_event_at__lt"),
+        (f.stored_since, "updated_at__gte"),
+        (f.stored_until, "created_at__lt"),
     ):
         if value:
             runs = runs.filter(**{lookup: value})

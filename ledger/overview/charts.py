@@ -233,6 +233,17 @@ def _runs_ended(title: str, **query: object) -> Callable[[datetime, datetime], L
     return link
 
 
+def _runs_storing(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    """Runs the server stored events of in the period (its first write before the period's end,
+    its latest at or after its start), as the events chart counts them by when they were stored."""
+
+    def link(start: datetime, end: datetime) -> Link:
+        href = _url("ledger:run-list", stored_since=_iso(start), stored_until=_iso(end), **query)
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
+
+    return link
+
+
 def _refusals(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
         href = _url("refusals:refusal-list", since=_iso(start), until=_iso(end), **query)
@@ -301,7 +312,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 "events",
                 "s-1",
                 overview.counts.get(("events", ""), [0] * len(buckets)),
-                _runs("Runs that started then", project=project_slug),
+                _runs_storing("Runs that stored events", project=project_slug),
             )
         ],
         buckets=buckets,

@@ -278,3 +278,15 @@ def test_the_ask_list_answers_another_projects_slug_with_a_404(outsider_client, 
     html = _html(auditor_client.get("/asks/", {"project": project.slug, "opened_since": "soon"}))
     assert "opened_since: Enter a valid date/time." in html
     assert "No asks match these filters." in html
+
+
+def test_each_events_mark_leads_to_the_runs_that_stored_them(auditor_client, folded, project):
+    marks = _marks(_html(auditor_client.get("/", {"window": "hour", "project": project.slug})), "events")
+    assert marks
+    listed: set[str] = set()
+    for href, title in marks:
+        assert "stored_since=" in href
+        assert title.startswith("Runs that stored events, ")
+        page = _html(auditor_client.get(href))
+        listed |= set(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
+    assert listed == set(Run.objects.filter(project=project).values_list("run_id", flat=True))
