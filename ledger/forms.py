@@ -66,6 +66,7 @@ class RunFilterForm(forms.Form):
     stored_until = forms.DateTimeField(required=False, label="events stored until")
     has_refusals = forms.BooleanField(required=False, label="with refusals")
     has_open_asks = forms.BooleanField(required=False, label="with open asks")
+    tool_failed = forms.BooleanField(required=False, label="where a call of that tool failed")
     q = forms.CharField(required=False, max_length=MAX_SEARCH_CHARS, label="Search payloads")
 
     def clean_since(self) -> datetime | None:
@@ -110,6 +111,7 @@ class RunFilterForm(forms.Form):
             stored_until=data.get("stored_until"),
             has_refusals=bool(data.get("has_refusals")),
             has_open_asks=bool(data.get("has_open_asks")),
+            tool_failed=bool(data.get("tool_failed")),
             text=data.get("q") or None,
         )
 

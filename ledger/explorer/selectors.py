@@ -75,6 +75,7 @@ class RunFilter:
     has_refusals: bool = False
     has_open_asks: bool = False
     text: str | None = None
+    tool_failed: bool = False  # with `tool`: only runs where a call of it failed
 
 
 def run_list(
@@ -106,7 +107,8 @@ def run_list(
         if value:
             runs = runs.filter(**{lookup: value})
     if f.tool:
-        runs = runs.filter(Exists(ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)))
+        calls = ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)
+        runs = runs.filter(Exists(calls.filter(error=True) if f.tool_failed else calls))
     if f.has_refusals:
         runs = runs.filter(refusal_count__gt=0)
     if f.has_open_asks:

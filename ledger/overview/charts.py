@@ -405,11 +405,17 @@ def _tools_chart(
     refusals = {tool: sum(counts) for tool, counts in overview.series("tool-refusal").items()}
     tools = sorted(set(errors) | set(refusals), key=lambda t: (-(errors.get(t, 0) + refusals.get(t, 0)), t))[:10]
     period = {"since": _iso(since), "until": _iso(until)}
+    # Failed calls are counted when their end was stored: the runs that stored events in the window.
+    stored = {"stored_since": _iso(since), "stored_until": _iso(until)}
     items = []
     for tool in tools:
         failed, refused = errors.get(tool, 0), refusals.get(tool, 0)
         runs = Link(
-            _url("ledger:run-list", tool=tool, project=project_slug, **period), f"Runs that called {tool}, {label}"
+            _url("ledger:run-list", tool=tool, project=project_slug, **stored), f"Runs that called {tool}, {label}"
+        )
+        failed_runs = Link(
+            _url("ledger:run-list", tool=tool, tool_failed="on", project=project_slug, **stored),
+            f"Runs where a call of {tool} failed, {label}",
         )
         refusal_link = Link(
             _url("refusals:refusal-list", tool=tool, project=project_slug, **period), f"Refusals of {tool}, {label}"
@@ -420,7 +426,7 @@ def _tools_chart(
                 failed + refused,
                 runs,
                 also=[
-                    ("failed", failed, runs if failed else None),
+                    ("failed", failed, failed_runs if failed else None),
                     ("refused", refused, refusal_link if refused else None),
                 ],
             )
@@ -469,7 +475,7 @@ def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> 
             agent or "(no agent id)",
             PALETTE[i % len(PALETTE)],
             [tokens.get((day, agent), 0) for day in days],
-            _runs(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug),
+            _runs_storing(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug),
         )
         for i, agent in enumerate(agents)
     ]
@@ -480,7 +486,9 @@ def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> 
             tokens_in=row.tokens_in,
             tokens_out=row.tokens_out,
             cost_usd=row.cost_usd or None,
-            link=_runs(f"Runs of {row.agent or 'agents without an id'}", agent=row.agent or None, project=project_slug)(
+            link=_runs_storing(
+                f"Runs of {row.agent or 'agents without an id'}", agent=row.agent or None, project=project_slug
+            )(
                 datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo),
                 datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo) + timedelta(days=1),
             ),

@@ -290,3 +290,33 @@ def test_each_events_mark_leads_to_the_runs_that_stored_them(auditor_client, fol
         page = _html(auditor_client.get(href))
         listed |= set(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
     assert listed == set(Run.objects.filter(project=project).values_list("run_id", flat=True))
+
+
+def _run_ids(page: str) -> set[str]:
+    return set(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
+
+
+def test_a_tools_failed_calls_lead_to_the_runs_where_they_failed(auditor_client, folded, project):
+    from ledger.models import ToolCall
+
+    section = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
+    section = section.split('id="chart-tools"')[1].split("</section>")[0]
+    links = [unescape(href) for href in re.findall(r'<a href="([^"]+tool_failed=on[^"]*)"', section)]
+    assert links
+    for href in links:
+        tool = re.search(r"tool=([^&]+)", href).group(1)
+        failed = ToolCall.objects.filter(run__project=project, tool_name=tool, error=True)
+        assert _run_ids(_html(auditor_client.get(href))) == set(failed.values_list("run__run_id", flat=True)) != set()
+
+
+def test_a_usage_row_leads_to_the_agents_runs_of_that_day(auditor_client, folded, project):
+    html = _html(auditor_client.get("/", {"window": "day", "project": project.slug}))
+    table = html.split('<table class="usage">')[1].split("</table>")[0]
+    rows = re.findall(r'<a href="([^"]+)" title="[^"]*"[^>]*>([^<]+)</a>', table)
+    assert rows
+    for href, agent in rows:
+        listed = _run_ids(_html(auditor_client.get(unescape(href))))
+        runs = Run.objects.filter(project=project, agent_id=None if agent == "(no agent id)" else agent)
+        reported = {run.run_id for run in runs if run.tokens_in or run.tokens_out}
+        assert reported <= listed, (agent, reported - listed)
+        assert listed <= set(runs.values_list("run_id", flat=True))
