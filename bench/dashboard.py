@@ -108,6 +108,18 @@ SELECT project_id, minute, kind, key, count(*) * weight FROM (
 GROUP BY project_id, minute, kind, key, weight
 ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
 """
+# The fold writes the same counts by the hour and by the day: here summed again from all the minutes.
+_CLEAR_HOURS, _CLEAR_DAYS = "DELETE FROM ledger_activityhourcount", "DELETE FROM ledger_activitydaycount"
+_ACTIVITY_HOURS = """
+INSERT INTO ledger_activityhourcount (project_id, hour, kind, key, count)
+SELECT project_id, date_trunc('hour', minute, 'UTC'), kind, key, sum(count)
+FROM ledger_activitycount GROUP BY 1, 2, 3, 4
+"""
+_ACTIVITY_DAYS = """
+INSERT INTO ledger_activitydaycount (project_id, day, kind, key, count)
+SELECT project_id, date_trunc('day', minute, 'UTC'), kind, key, sum(count)
+FROM ledger_activitycount GROUP BY 1, 2, 3, 4
+"""
 _USAGE = """
 INSERT INTO ledger_agentdayusage (project_id, day, agent, tokens_in, tokens_out, cost_usd)
 SELECT project_id, (first_event_at AT TIME ZONE 'UTC')::date, agent_id, sum(tokens_in), sum(tokens_out), count(*) * 0.01
@@ -153,7 +165,7 @@ def grow_to(events: int) -> float:
         print(f"  {cur.rowcount:,} runs", flush=True)
         cur.execute(_EVENTS, params)
         print(f"  {cur.rowcount:,} events", flush=True)
-        for statement in (_ACTIVITY, _USAGE, _ASKS):
+        for statement in (_ACTIVITY, _CLEAR_HOURS, _CLEAR_DAYS, _ACTIVITY_HOURS, _ACTIVITY_DAYS, _USAGE, _ASKS):
             cur.execute(statement, params)
         cur.execute("VACUUM ANALYZE")
     return time.monotonic() - started

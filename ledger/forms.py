@@ -6,6 +6,7 @@ from django import forms
 from footprint_site.exceptions import MalformedBody
 from footprint_site.lib.jsonbody import parse_json
 from footprint_site.lib.times import to_utc
+from ledger.asks import selectors as ask_selectors
 from ledger.explorer.selectors import MAX_SEARCH_CHARS, RunFilter
 from ledger.models import LedgerRetention, NotificationChannel, Refusal, Run
 from ledger.overview.selectors import DEFAULT_WINDOW, WINDOWS, Window
@@ -59,8 +60,13 @@ class RunFilterForm(forms.Form):
     tool = forms.CharField(required=False)
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
+    ended_since = forms.DateTimeField(required=False, label="last event from")
+    ended_until = forms.DateTimeField(required=False, label="last event until")
+    stored_since = forms.DateTimeField(required=False, label="events stored from")
+    stored_until = forms.DateTimeField(required=False, label="events stored until")
     has_refusals = forms.BooleanField(required=False, label="with refusals")
     has_open_asks = forms.BooleanField(required=False, label="with open asks")
+    tool_failed = forms.BooleanField(required=False, label="where a call of that tool failed")
     q = forms.CharField(required=False, max_length=MAX_SEARCH_CHARS, label="Search payloads")
 
     def clean_since(self) -> datetime | None:
@@ -68,6 +74,18 @@ class RunFilterForm(forms.Form):
 
     def clean_until(self) -> datetime | None:
         return self._storable(self.cleaned_data.get("until"))
+
+    def clean_ended_since(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("ended_since"))
+
+    def clean_ended_until(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("ended_until"))
+
+    def clean_stored_since(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("stored_since"))
+
+    def clean_stored_until(self) -> datetime | None:
+        return self._storable(self.cleaned_data.get("stored_until"))
 
     @staticmethod
     def _storable(value: datetime | None) -> datetime | None:
@@ -87,8 +105,13 @@ class RunFilterForm(forms.Form):
             tool=data.get("tool") or None,
             since=data.get("since"),
             until=data.get("until"),
+            ended_since=data.get("ended_since"),
+            ended_until=data.get("ended_until"),
+            stored_since=data.get("stored_since"),
+            stored_until=data.get("stored_until"),
             has_refusals=bool(data.get("has_refusals")),
             has_open_asks=bool(data.get("has_open_asks")),
+            tool_failed=bool(data.get("tool_failed")),
             text=data.get("q") or None,
         )
 
@@ -112,6 +135,49 @@ class OverviewForm(forms.Form):
         return None if "project" in self.errors else (self.cleaned_data.get("project") or None)
 
 
+class AskListFilterForm(forms.Form):
+    """The ask list's query string (the overview's asks chart links here). A value that does not
+    parse is dropped and named, never a 400."""
+
+    project = forms.SlugField(required=False)
+    opened_since = forms.DateTimeField(required=False)
+    opened_until = forms.DateTimeField(required=False)
+    decided_since = forms.DateTimeField(required=False)
+    decided_until = forms.DateTimeField(required=False)
+    closed_by = forms.ChoiceField(
+        required=False,
+        choices=[("", "anything"), ("decision", "a decision"), ("deadline", "the deadline")],
+        label="closed by",
+    )
+
+    def _clean_moment(self, name: str) -> datetime | None:
+        return RunFilterForm._storable(self.cleaned_data.get(name))
+
+    def clean_opened_since(self) -> datetime | None:
+        return self._clean_moment("opened_since")
+
+    def clean_opened_until(self) -> datetime | None:
+        return self._clean_moment("opened_until")
+
+    def clean_decided_since(self) -> datetime | None:
+        return self._clean_moment("decided_since")
+
+    def clean_decided_until(self) -> datetime | None:
+        return self._clean_moment("decided_until")
+
+    def filters(self) -> ask_selectors.AskWindowFilter:
+        self.is_valid()
+        data = {k: v for k, v in getattr(self, "cleaned_data", {}).items() if k not in self.errors}
+        return ask_selectors.AskWindowFilter(
+            project=data.get("project") or None,
+            opened_since=data.get("opened_since"),
+            opened_until=data.get("opened_until"),
+            decided_since=data.get("decided_since"),
+            decided_until=data.get("decided_until"),
+            closed_by=data.get("closed_by") or None,
+        )
+
+
 class AuditBundleUploadForm(forms.Form):
     """A bundle file and the project whose stored chain it is checked against."""
 
@@ -133,6 +199,7 @@ class AuditBundleUploadForm(forms.Form):
 class RefusalFilterForm(forms.Form):
     """Query-string filters. A value that does not parse is dropped (and reported), never a 400."""
 
+    project = forms.SlugField(required=False)
     category = forms.ChoiceField(choices=[("", "any"), *Refusal.Category.choices], required=False)
     # Rules, tools and agents are stored whole, however long: a filter by one is never dropped for its length.
     rule = forms.CharField(required=False)
@@ -145,6 +212,7 @@ class RefusalFilterForm(forms.Form):
         self.is_valid()
         data = getattr(self, "cleaned_data", {})
         return refusal_selectors.RefusalFilter(
+            project=data.get("project") or None,
             category=data.get("category") or None,
             rule=data.get("rule") or None,
             tool=data.get("tool") or None,

@@ -210,6 +210,7 @@ class RunSpan(models.Model):
         TOOL = "tool", "tool call"
         DISPATCH_STEP = "dispatch-step", "dispatch step"
         SUBFLOW = "subflow", "subflow"
+        BRANCH = "branch", "parallel branch"
         ASK_WAIT = "ask-wait", "a person's wait"
         REFUSAL = "refusal", "refusal"
         ARTIFACT = "artifact", "artifact mark"
@@ -231,6 +232,26 @@ class RunSpan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.kind} {self.start_ms} to {self.end_ms} ms"
+
+
+class RunSpanCell(models.Model):
+    """How many of a lane's spans start in one cell of a grid across the run: the waterfall's
+    buckets at every zoom, built with the spans. Level L cuts the run into OVERVIEW_BUCKETS * 4^L
+    equal cells, so any window is drawn from the one level that puts 30 to 120 cells in it, read
+    as one short index range per lane, never by counting the spans themselves."""
+
+    run = ingested_by_run("+")
+    lane = models.SmallIntegerField()
+    level = models.SmallIntegerField()
+    cell = models.IntegerField()
+    spans = models.IntegerField()
+    refused = models.IntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "level", "lane", "cell"], name="runspancell_by_level_lane")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} lane {self.lane} level {self.level} cell {self.cell}: {self.spans}"
 
 
 class RunSpanOverview(models.Model):
@@ -910,6 +931,50 @@ class ActivityCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key} at {self.minute:%Y-%m-%d %H:%M}: {self.count}"
+
+
+class ActivityHourCount(models.Model):
+    """ActivityCount's minutes summed into hours, written by the same fold in the same transaction.
+
+    A window of a week or 30 days reads its hours (at most 720 a project and key) instead of up to
+    43,200 minutes, so its cost stays bounded however busy the ledger grows. Being written with
+    the minutes, an hour still under way is as current as they are.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    hour = models.DateTimeField()
+    kind = models.CharField(max_length=24, choices=ActivityCount.Kind.choices)
+    key = models.TextField(default="", blank=True)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Also the window's index: a project's hours from `since` on.
+        constraints = [
+            models.UniqueConstraint(fields=["project", "hour", "kind", "key"], name="activity_hour_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} in the hour from {self.hour:%Y-%m-%d %H:%M}: {self.count}"
+
+
+class ActivityDayCount(models.Model):
+    """ActivityCount's minutes summed into UTC days, written with them like ActivityHourCount: a
+    30-day window reads 30 of them a project and key, however busy its minutes were."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    day = models.DateTimeField()  # the day's first moment, UTC
+    kind = models.CharField(max_length=24, choices=ActivityCount.Kind.choices)
+    key = models.TextField(default="", blank=True)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Also the window's index: a project's days from `since` on.
+        constraints = [
+            models.UniqueConstraint(fields=["project", "day", "kind", "key"], name="activity_day_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} on {self.day:%Y-%m-%d}: {self.count}"
 
 
 class AgentDayUsage(models.Model):

@@ -104,6 +104,44 @@ def ask_list(*, project: Project, filters: AskFilter, cursor: str | None = None,
     return keyset_page(asks.defer("checkpoint", "pause_data", "check_in"), order="-pk", cursor=cursor, limit=limit)
 
 
+@dataclass(frozen=True)
+class AskWindowFilter:
+    """The ask list's filters, as the overview's asks chart counts: opened (`created_at`) or
+    decided (`decided_at`) in [since, until); `closed_by` "deadline" for the asks the deadline
+    closed, "decision" for the others (a person, an agent's key or the run decided them)."""
+
+    project: str | None = None  # a slug among the person's projects
+    opened_since: datetime | None = None
+    opened_until: datetime | None = None
+    decided_since: datetime | None = None
+    decided_until: datetime | None = None
+    closed_by: str | None = None
+
+
+def asks_for_user(
+    *, user: User | AnonymousUser, filters: AskWindowFilter, cursor: str | None = None, limit: int = 50
+) -> Page[Ask]:
+    """A page of the asks of the person's projects (any role reads them, as the overview counts
+    them), newest first, keyset-paged, without checkpoints."""
+    asks = Ask.objects.filter(project__in=projects_for_user(user))
+    if filters.project:
+        asks = asks.filter(project__slug=filters.project)
+    for field, value in (
+        ("created_at__gte", filters.opened_since),
+        ("created_at__lt", filters.opened_until),
+        ("decided_at__gte", filters.decided_since),
+        ("decided_at__lt", filters.decided_until),
+    ):
+        if value is not None:
+            asks = asks.filter(**{field: value})
+    if filters.closed_by == "deadline":
+        asks = asks.filter(decided_via=Ask.Via.DEADLINE)
+    elif filters.closed_by == "decision":
+        asks = asks.filter(decided_at__isnull=False).exclude(decided_via=Ask.Via.DEADLINE)
+    asks = asks.select_related("project").defer("checkpoint", "pause_data", "check_in")
+    return keyset_page(asks, order="-pk", cursor=cursor, limit=limit)
+
+
 INBOX_COUNT_CAP = 100
 
 

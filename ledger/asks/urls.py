@@ -9,6 +9,7 @@ STANDING = "projects/<slug:project_slug>/standing-approvals/"
 
 urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
+    path("asks/", views.ask_list, name="ask-list"),
     path("asks/<int:ask_id>/", views.ask_detail, name="ask-detail"),
     path("asks/<int:ask_id>/decide/", views.ask_decide, name="ask-decide"),
     path("asks/<int:ask_id>/standing/", approver_views.standing_grant, name="standing-grant"),

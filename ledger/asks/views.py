@@ -1,6 +1,7 @@
 """The ask inbox and the ask page: people decide what paused runs wait for."""
 
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from django.contrib.auth.decorators import login_required
@@ -11,16 +12,19 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from footprint_site.login_redirects import login_required_returning_to
-from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
+from footprint_site.pages import HtmxHttpRequest, filtered_by, signed_in_user, varies_with_htmx, wants_partial
+from footprint_site.replicas import reads_that_may_lag
 from ledger.asks import approver_selectors
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import services as ask_services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskNotPermitted, AskOwnDecision
-from ledger.forms import DecisionForm, StandingGrantForm
+from ledger.forms import AskListFilterForm, DecisionForm, StandingGrantForm
 from ledger.models import Ask, WebhookDelivery
 from tenancy.models import Membership
+from tenancy.selectors import projects_for_user
 
 ASKS_PER_PAGE = 25
+ASK_LIST_PER_PAGE = 50
 DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
 # componentId → template; anything else falls back to a readable rendering of its props.
 COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
@@ -41,6 +45,33 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     }
     template = "asks/inbox.html" + ("#ask-list" if wants_partial(request) else "")
     return render(request, template, context)
+
+
+ASK_LIST_FILTERS = ("project", "opened_since", "opened_until", "decided_since", "decided_until", "closed_by")
+
+
+@require_GET
+@login_required
+@reads_that_may_lag
+def ask_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Every ask of the person's projects, decided or not, filtered by when it was opened or
+    decided and how it closed: the rows behind the overview's asks chart."""
+    form = AskListFilterForm(request.GET)
+    filters = form.filters()
+    if filters.project and not projects_for_user(request.user).filter(slug=filters.project).exists():
+        raise Http404(f"No project '{filters.project}' among yours.")
+    page = ask_selectors.asks_for_user(
+        user=request.user, filters=filters, cursor=request.GET.get("cursor"), limit=ASK_LIST_PER_PAGE
+    )
+    kept = {name: request.GET[name] for name in ASK_LIST_FILTERS if request.GET.get(name)}
+    context = {
+        "asks": page.items,
+        "form": form,
+        "filters": {name: request.GET.get(name, "") for name in ASK_LIST_FILTERS},
+        "filtered": filtered_by(request, ASK_LIST_FILTERS),
+        "next_query": urlencode({**kept, "cursor": page.next_cursor}) if page.next_cursor else None,
+    }
+    return render(request, "asks/ask_list.html", context)
 
 
 def _pretty(value: Any) -> str | None:

@@ -64,9 +64,18 @@ class RunFilter:
     tool: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    # The run's last event (for an ended run, the event that ended it), as the overview's
+    # "runs ended" chart counts it.
+    ended_since: datetime | None = None
+    ended_until: datetime | None = None
+    # When the server stored the run's events (its first and latest writes): the runs behind the
+    # overview's "events stored" columns, and perhaps a run that stored nothing in between.
+    stored_since: datetime | None = None
+    stored_until: datetime | None = None
     has_refusals: bool = False
     has_open_asks: bool = False
     text: str | None = None
+    tool_failed: bool = False  # with `tool`: only runs where a call of it failed
 
 
 def run_list(
@@ -78,7 +87,8 @@ def run_list(
 ) -> Page[Run]:
     """A page of runs of the given projects, newest first, keyset-paged by id.
 
-    The time range applies to the run's first event.
+    `since`/`until` apply to the run's first event, `ended_since`/`ended_until` to its last,
+    `stored_since`/`stored_until` to when the server stored its events.
     """
     f = filters or RunFilter()
     runs = Run.objects.filter(project__in=projects).select_related("project")
@@ -89,11 +99,16 @@ def run_list(
         (f.agent, "agent_id"),
         (f.since, "first_event_at__gte"),
         (f.until, "first_event_at__lt"),
+        (f.ended_since, "last_event_at__gte"),
+        (f.ended_until, "last_event_at__lt"),
+        (f.stored_since, "updated_at__gte"),
+        (f.stored_until, "created_at__lt"),
     ):
         if value:
             runs = runs.filter(**{lookup: value})
     if f.tool:
-        runs = runs.filter(Exists(ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)))
+        calls = ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)
+        runs = runs.filter(Exists(calls.filter(error=True) if f.tool_failed else calls))
     if f.has_refusals:
         runs = runs.filter(refusal_count__gt=0)
     if f.has_open_asks:

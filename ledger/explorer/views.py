@@ -102,9 +102,12 @@ def _window_param(request: HttpRequest, name: str) -> int | None:
         ) from None
 
 
-def _waterfall_context(request: HttpRequest, run: Run) -> dict[str, object]:
+def _waterfall_context(request: HtmxHttpRequest, run: Run) -> dict[str, object]:
     # The timeline's first page comes too: without JavaScript the tab reads as the timeline table.
     chart = waterfall.run_waterfall(run=run, from_ms=_window_param(request, "from"), to_ms=_window_param(request, "to"))
+    if wants_partial(request) and request.htmx.target == "waterfall":
+        # A zoom swaps the chart alone: the timeline behind it is on the page already.
+        return {"waterfall": chart, "events_url": reverse("ledger:run-events", args=[run.project.slug, run.run_id])}
     return {"waterfall": chart, **_timeline_context(run, after_seq=-1)}
 
 
@@ -114,7 +117,7 @@ def _dispatch_context(run: Run, after_id: int) -> dict[str, object]:
     return {"dispatches": page.items, "next_dispatch_after": page.next_after, "coverage_heading": heading}
 
 
-def _tab_context(request: HttpRequest, run: Run, tab: str) -> dict[str, object]:
+def _tab_context(request: HtmxHttpRequest, run: Run, tab: str) -> dict[str, object]:
     """Only the open tab's data is read: a 100,000-event run costs one page, not the run."""
     if tab == "waterfall":
         return _waterfall_context(request, run)

@@ -32,7 +32,7 @@ MIN_BAR = 2.0  # a mark, or a span too short to see, is still this wide
 NARROWEST_WINDOW_MS = 4
 
 
-@dataclass
+@dataclass(slots=True)
 class Bar:
     x: float
     width: float
@@ -124,9 +124,11 @@ class Waterfall:
         return self.to_ms - self.from_ms > NARROWEST_WINDOW_MS
 
 
-def _overview(run: Run) -> RunSpanOverview:
-    """The run's overview, built now for a run never indexed or one a little behind."""
-    overview = RunSpanOverview.objects.using(lagging_reads_alias()).filter(run_id=run.pk).first()
+def _overview(run: Run, *, whole_run: bool) -> RunSpanOverview:
+    """The run's overview, built now for a run never indexed or one a little behind. A window's
+    read leaves its widest buckets unread (loaded if the window turns out to be the whole run)."""
+    overviews = RunSpanOverview.objects.using(lagging_reads_alias())
+    overview = (overviews if whole_run else overviews.defer("buckets")).filter(run_id=run.pk).first()
     behind = run.chain_length - (overview.indexed_length if overview else 0)
     if overview is None or 0 < behind <= BUILD_ON_PAGE_RECORDS:
         # A derived index written on a read: the spans are a pure function of the chain, so
@@ -137,28 +139,54 @@ def _overview(run: Run) -> RunSpanOverview:
 
 
 # Each lane is read from `low` (the window's start less the lane's longest span) to the window's
-# end: one range of the (run, lane, start_ms) index, however far into a long run the window lies.
+# end: one range of the (run, lane, start_ms) index per lane, however far into a long run the
+# window lies. The lanes are joined LATERAL so the planner walks that range lane by lane; joined
+# plainly, it estimated the lanes' union as most of the run and scanned the run's spans whole.
 _LANES = "unnest(%(lanes)s::int[], %(lows)s::bigint[]) AS w(lane, low)"
-_IN_WINDOW = "s.run_id = %(run)s AND s.lane = w.lane AND s.start_ms >= w.low AND s.start_ms <= %(to)s"
-_SPANS_SQL = f"""
-    SELECT s.lane, s.kind, s.start_ms, s.end_ms, s.position, s.label, s.refused
-    FROM {_LANES} JOIN ledger_runspan s ON {_IN_WINDOW}
-    WHERE s.end_ms >= %(from)s
-    ORDER BY s.lane, s.start_ms
-"""  # noqa: S608 - constant fragments; every value is bound
+_IN_WINDOW = (
+    "s.run_id = %(run)s AND s.lane = w.lane AND s.start_ms >= w.low AND s.start_ms <= %(to)s AND s.end_ms >= %(from)s"
+)
+# How many spans each lane has in the window, counted no further than one past LANE_SPANS_SHOWN:
+# past that the lane is drawn as buckets, whose counts say how many.
 _LANE_COUNTS_SQL = f"""
-    SELECT w.lane, count(*) FROM {_LANES} JOIN ledger_runspan s ON {_IN_WINDOW}
-    WHERE s.end_ms >= %(from)s
-    GROUP BY w.lane
+    SELECT w.lane, (SELECT count(*) FROM (SELECT FROM ledger_runspan s WHERE {_IN_WINDOW} LIMIT %(cap)s) AS shown)
+    FROM {_LANES}
+"""  # noqa: S608 - constant fragments; every value is bound
+_SPANS_SQL = f"""
+    SELECT w.lane, s.kind, s.start_ms, s.end_ms, s.position, s.label, s.refused
+    FROM {_LANES} CROSS JOIN LATERAL (
+        SELECT s.kind, s.start_ms, s.end_ms, s.position, s.label, s.refused FROM ledger_runspan s
+        WHERE {_IN_WINDOW} ORDER BY s.start_ms LIMIT %(cap)s
+    ) AS s
+    ORDER BY w.lane, s.start_ms
 """  # noqa: S608 - constant fragments; every value is bound
 _BUCKETS_SQL = f"""
-    SELECT s.lane, least(width_bucket(greatest(s.start_ms, %(from)s), %(from)s, %(to)s + 1, %(buckets)s),
-                         %(buckets)s) - 1 AS bucket,
-           count(*), count(*) FILTER (WHERE s.refused)
-    FROM {_LANES} JOIN ledger_runspan s ON {_IN_WINDOW}
-    WHERE s.end_ms >= %(from)s
-    GROUP BY 1, 2 ORDER BY 1, 2
+    SELECT w.lane, s.bucket, s.spans, s.refused
+    FROM {_LANES} CROSS JOIN LATERAL (
+        SELECT least(width_bucket(greatest(s.start_ms, %(from)s), %(from)s, %(to)s + 1, %(buckets)s),
+                     %(buckets)s) - 1 AS bucket, count(*) AS spans, count(*) FILTER (WHERE s.refused) AS refused
+        FROM ledger_runspan s WHERE {_IN_WINDOW}
+        GROUP BY 1
+    ) AS s
+    ORDER BY 1, 2
 """  # noqa: S608 - constant fragments; every value is bound
+
+
+# A lane's cells of one level across the window: at most WINDOW_BUCKETS + 1 a lane.
+_CELLS_SQL = """
+    SELECT lane, cell, spans, refused FROM ledger_runspancell
+    WHERE run_id = %(run)s AND level = %(level)s AND lane = ANY(%(lanes)s) AND cell BETWEEN %(first)s AND %(last)s
+    ORDER BY lane, cell
+"""
+
+
+def _cell_level(duration_ms: int, window_ms: int) -> int:
+    """The level of cells (RunSpanCell) that puts between WINDOW_BUCKETS / CELL_SPLIT and
+    WINDOW_BUCKETS of them across a window this wide."""
+    level = 0
+    while span_index.CELL_SPLIT ** (level + 1) * window_ms <= duration_ms:
+        level += 1
+    return level
 
 
 def _span_bar(waterfall: Waterfall, kind: str, start: int, end: int, position: int, label: str, refused: bool) -> Bar:
@@ -176,26 +204,36 @@ def _span_bar(waterfall: Waterfall, kind: str, start: int, end: int, position: i
     )
 
 
-def _bucket_bars(waterfall: Waterfall, lane: Lane, cells: list[tuple[int, int, int]]) -> list[Bar]:
-    """cells: (bucket, spans, refused) across the window in WINDOW_BUCKETS equal parts."""
-    width = (waterfall.to_ms - waterfall.from_ms) / WINDOW_BUCKETS
+def _bucket_bars(
+    waterfall: Waterfall, lane: Lane, cells: list[tuple[int, int, int]], origin_ms: float, cell_ms: float
+) -> list[Bar]:
+    """cells: (bucket, spans, refused), bucket n covering [origin_ms + n * cell_ms, + cell_ms):
+    the window's own equal parts, or the cells of a RunSpanCell level, clipped to the window."""
+    from_ms, to_ms = waterfall.from_ms, waterfall.to_ms
+    scale = WIDTH / max(to_ms - from_ms, 1)
     busiest = max((spans for _, spans, _ in cells), default=1)
+    kind = _LANE_KINDS.get(lane.number) or (
+        RunSpan.Kind.BRANCH.value if lane.number >= span_index.FIRST_BRANCH_LANE else RunSpan.Kind.SUBFLOW.value
+    )
     bars = []
+    end_text = ""
+    previous = None
     for bucket, spans, refused in cells:
-        start = waterfall.from_ms + bucket * width
-        zoom = (int(start), max(int(start + width + 0.999), int(start) + NARROWEST_WINDOW_MS))
+        start = origin_ms + bucket * cell_ms
+        # Adjacent cells share a boundary: its words are written once.
+        start_text = end_text if previous == bucket - 1 else duration_ms_text(start)
+        end_text, previous = duration_ms_text(start + cell_ms), bucket
+        x0 = start if start > from_ms else from_ms
+        x1 = start + cell_ms if start + cell_ms < to_ms else to_ms
         refused_text = f", {refused} refused" if refused else ""
         bars.append(
             Bar(
-                x=round(bucket * WIDTH / WINDOW_BUCKETS, 1),
-                width=round(WIDTH / WINDOW_BUCKETS, 1),
-                kind=_LANE_KINDS.get(lane.number, RunSpan.Kind.SUBFLOW.value),
-                title=(
-                    f"{spans} {lane.label}{refused_text}, {duration_ms_text(start)}"
-                    f" to {duration_ms_text(start + width)}: zoom in"
-                ),
+                x=round((x0 - from_ms) * scale, 1),
+                width=round(max((x1 - x0) * scale, MIN_BAR), 1),
+                kind=kind,
+                title=f"{spans} {lane.label}{refused_text}, {start_text} to {end_text}: zoom in",
                 refused=bool(refused),
-                zoom=zoom,
+                zoom=(int(start), max(int(start + cell_ms + 0.999), int(start) + NARROWEST_WINDOW_MS)),
                 density=1 + min(3, 4 * spans // (busiest + 1)),
             )
         )
@@ -226,13 +264,16 @@ def run_waterfall(*, run: Run, from_ms: int | None = None, to_ms: int | None = N
     """The run's lanes in the window `[from_ms, to_ms]` (the whole run when not given, clamped to
     it), each drawn span by span or as buckets by how many spans it holds there. The run is the
     caller's to scope (run_get_for_user); the spans are read by its primary key only."""
-    overview = _overview(run)
+    overview = _overview(run, whole_run=from_ms is None and to_ms is None)
     start, end = _window_bounds(overview.duration_ms, from_ms, to_ms)
     waterfall = Waterfall(run, start, end, overview.duration_ms, [], overview.indexed_length, run.chain_length)
     whole = waterfall.whole_run
     labels = {entry["lane"]: entry["label"] for entry in overview.lanes}
     longest = {entry["lane"]: entry.get("longest", overview.duration_ms) for entry in overview.lanes}
-    params: dict[str, Any] = {"run": run.pk, "from": start, "to": end, "buckets": WINDOW_BUCKETS}
+    levels = {entry["lane"]: entry.get("levels", 0) for entry in overview.lanes}  # none: indexed before cells
+    params: dict[str, Any] = {
+        "run": run.pk, "from": start, "to": end, "buckets": WINDOW_BUCKETS, "cap": LANE_SPANS_SHOWN + 1,
+    }  # fmt: skip
 
     def lanes_from(numbers: list[int]) -> dict[str, Any]:
         return {**params, "lanes": numbers, "lows": [start - longest[number] for number in numbers]}
@@ -242,7 +283,7 @@ def run_waterfall(*, run: Run, from_ms: int | None = None, to_ms: int | None = N
             counts = {entry["lane"]: entry["spans"] for entry in overview.lanes}
         else:
             cur.execute(_LANE_COUNTS_SQL, lanes_from(sorted(longest)))
-            counts = dict(cur.fetchall())
+            counts = {lane: spans for lane, spans in cur.fetchall() if spans}
         lanes = {number: Lane(number, labels.get(number, "spans"), counts[number]) for number in sorted(counts)}
         few = [number for number, lane in lanes.items() if lane.spans <= LANE_SPANS_SHOWN]
         many = [number for number in lanes if number not in few]
@@ -252,17 +293,43 @@ def run_waterfall(*, run: Run, from_ms: int | None = None, to_ms: int | None = N
                 lane = lanes[lane_number]
                 lane.bars.append(_span_bar(waterfall, kind, span_start, span_end, position, label, refused))
         if many and not whole:
-            cur.execute(_BUCKETS_SQL, lanes_from(many))
+            level = _cell_level(overview.duration_ms, end - start)
+            gridded = [number for number in many if levels.get(number, 0) > level]
+            counted = [number for number in many if number not in gridded]
             cells: dict[int, list[tuple[int, int, int]]] = {}
-            for lane_number, bucket, spans, refused in cur.fetchall():
-                cells.setdefault(lane_number, []).append((bucket, spans, refused))
+            if gridded:
+                cur.execute(
+                    _CELLS_SQL,
+                    {
+                        **params, "level": level, "lanes": gridded,
+                        "first": span_index.cell_of(start, overview.duration_ms, level),
+                        "last": span_index.cell_of(end, overview.duration_ms, level),
+                    },
+                )  # fmt: skip
+                for lane_number, cell, spans, refused in cur.fetchall():
+                    cells.setdefault(lane_number, []).append((cell, spans, refused))
+            if counted:
+                cur.execute(_BUCKETS_SQL, lanes_from(counted))
+                for lane_number, bucket, spans, refused in cur.fetchall():
+                    cells.setdefault(lane_number, []).append((bucket, spans, refused))
+            cell_ms = overview.duration_ms / (WINDOW_BUCKETS * span_index.CELL_SPLIT**level)
             for number in many:
-                lanes[number].bars = _bucket_bars(waterfall, lanes[number], cells.get(number, []))
-                lanes[number].aggregated = True
+                lane = lanes[number]
+                if number in gridded:
+                    lane.bars = _bucket_bars(waterfall, lane, cells.get(number, []), 0, cell_ms)
+                else:
+                    lane.bars = _bucket_bars(
+                        waterfall, lane, cells.get(number, []), start, (end - start) / WINDOW_BUCKETS
+                    )
+                lane.spans = sum(spans for _, spans, _ in cells.get(number, []))
+                lane.aggregated = True
     if whole:
         for number in many:
             stored = overview.buckets.get(str(number), [])
-            lanes[number].bars = _bucket_bars(waterfall, lanes[number], [(b, n, r) for b, n, r, *_ in stored])
+            cells_shown = [(b, n, r) for b, n, r, *_ in stored]
+            lanes[number].bars = _bucket_bars(
+                waterfall, lanes[number], cells_shown, 0, overview.duration_ms / WINDOW_BUCKETS
+            )
             lanes[number].aggregated = True
     for index, lane in enumerate(lanes.values()):
         lane.y = index * LANE_HEIGHT

@@ -5,13 +5,14 @@ Every mark is a link to the runs or refusals behind it and carries a <title> (it
 its name for screen readers); every chart also has a table with the same figures and links.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeAlias
 from urllib.parse import urlencode
 
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 
 from ledger.overview.selectors import Overview
 
@@ -24,7 +25,12 @@ MAX_BAR = 40  # a few days' columns stay columns, not blocks
 @dataclass(frozen=True)
 class Link:
     href: str
-    title: str
+    title: str  # in UTC words; pages.js writes the period again in the reader's time zone
+    # What the link is for ("Runs started") and its period, for that rewrite; none for a link
+    # that is not about a period.
+    subject: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Cell:
 class Row:
     label: str
     cells: list[Cell]
+    start: datetime
+    end: datetime
 
 
 @dataclass
@@ -84,6 +92,8 @@ class ColumnChart:
         for i, start in enumerate(self.buckets):
             end = start + self.step
             stacked = 0
+            # Each count's link once, for its mark and its table cell.
+            links = {series.key: series.link(start, end) for series in self.series if series.counts[i]}
             for series in self.series:
                 count = series.counts[i]
                 if not count:
@@ -97,7 +107,7 @@ class ColumnChart:
                         width=round(bar, 2),
                         height=round(max(height, 1.0), 2),
                         css=series.css,
-                        link=series.link(start, end),
+                        link=links[series.key],
                     )
                 )
                 stacked += count
@@ -105,10 +115,9 @@ class ColumnChart:
                 self.rows.append(
                     Row(
                         label=period_label(start, end),
-                        cells=[
-                            Cell(series.counts[i], series.link(start, end) if series.counts[i] else None)
-                            for series in self.series
-                        ],
+                        cells=[Cell(series.counts[i], links.get(series.key)) for series in self.series],
+                        start=start,
+                        end=end,
                     )
                 )
 
@@ -131,6 +140,11 @@ class ColumnChart:
     @property
     def last_label(self) -> str:
         return _moment(self.buckets[-1] + self.step) if self.buckets else ""
+
+    @property
+    def until(self) -> datetime | None:
+        """The end of the last column (the axis' right end)."""
+        return self.buckets[-1] + self.step if self.buckets else None
 
     @property
     def per(self) -> str:
@@ -169,6 +183,7 @@ def _moment(at: datetime) -> str:
     return at.strftime("%d %b %H:%M UTC")
 
 
+@functools.lru_cache(maxsize=4096)  # a page names each of its periods in several links
 def period_label(start: datetime, end: datetime) -> str:
     if end - start >= timedelta(days=1):
         return start.strftime("%a %d %b")
@@ -187,7 +202,13 @@ def _step_name(step: timedelta) -> str:
 
 def _url(name: str, **query: object) -> str:
     kept = {key: value for key, value in query.items() if value not in (None, "")}
-    return reverse(name) + ("?" + urlencode(kept) if kept else "")
+    return _path(name, get_script_prefix()) + ("?" + urlencode(kept) if kept else "")
+
+
+@functools.lru_cache(maxsize=64)
+def _path(name: str, script_prefix: str) -> str:
+    """A list page's path (the same for every link to it under one script prefix)."""
+    return reverse(name)
 
 
 def _iso(at: datetime) -> str:
@@ -197,7 +218,28 @@ def _iso(at: datetime) -> str:
 def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
         href = _url("ledger:run-list", since=_iso(start), until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}")
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
+
+    return link
+
+
+def _runs_ended(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    """Runs whose last event (the one that ended them) falls in the period."""
+
+    def link(start: datetime, end: datetime) -> Link:
+        href = _url("ledger:run-list", ended_since=_iso(start), ended_until=_iso(end), **query)
+        return Link(href, f"{title}, ended {period_label(start, end)}", title + ", ended", start, end)
+
+    return link
+
+
+def _runs_storing(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    """Runs the server stored events of in the period (its first write before the period's end,
+    its latest at or after its start), as the events chart counts them by when they were stored."""
+
+    def link(start: datetime, end: datetime) -> Link:
+        href = _url("ledger:run-list", stored_since=_iso(start), stored_until=_iso(end), **query)
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
 
     return link
 
@@ -205,7 +247,7 @@ def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
 def _refusals(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
     def link(start: datetime, end: datetime) -> Link:
         href = _url("refusals:refusal-list", since=_iso(start), until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}")
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
 
     return link
 
@@ -252,7 +294,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 status,
                 STATUS_CSS.get(status, "s-7"),
                 counts,
-                _runs(f"Runs now {status} (by their first event)", status=status, project=project_slug),
+                _runs_ended(f"Runs now {status}", status=status, project=project_slug),
             )
             for status, counts in overview.series("run-ended").items()
         ],
@@ -270,7 +312,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 "events",
                 "s-1",
                 overview.counts.get(("events", ""), [0] * len(buckets)),
-                _runs("Runs that started then", project=project_slug),
+                _runs_storing("Runs that stored events", project=project_slug),
             )
         ],
         buckets=buckets,
@@ -287,7 +329,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 category,
                 PALETTE[i % len(PALETTE)],
                 counts,
-                _refusals(f"Refusals ({category})", category=category, agent=None),
+                _refusals(f"Refusals ({category})", category=category, project=project_slug),
             )
             for i, (category, counts) in enumerate(overview.series("refusal-category").items())
         ],
@@ -304,7 +346,9 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 rule,
                 sum(counts),
                 Link(
-                    _url("refusals:refusal-list", rule=rule, since=_iso(since), until=_iso(until)),
+                    _url(
+                        "refusals:refusal-list", rule=rule, project=project_slug, since=_iso(since), until=_iso(until)
+                    ),
                     f"{_counted(sum(counts), 'refusal', 'refusals')} by {rule}, {label}",
                 ),
             )
@@ -318,10 +362,20 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
         title="Asks",
         unit="asks",
         series=[
-            Series("opened", "opened", "s-0", asks.opened, _inbox("Asks opened")),
-            Series("decided", "decided", "s-ok", asks.decided, _inbox("Asks decided")),
+            Series("opened", "opened", "s-0", asks.opened, _asks("Asks opened", "opened", project=project_slug)),
             Series(
-                "timed-out", "closed by their deadline", "s-warn", asks.timed_out, _inbox("Asks closed by deadline")
+                "decided",
+                "decided",
+                "s-ok",
+                asks.decided,
+                _asks("Asks decided", "decided", closed_by="decision", project=project_slug),
+            ),
+            Series(
+                "timed-out",
+                "closed by their deadline",
+                "s-warn",
+                asks.timed_out,
+                _asks("Asks closed by their deadline", "decided", closed_by="deadline", project=project_slug),
             ),
         ],
         buckets=buckets,
@@ -333,9 +387,13 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
     return charts
 
 
-def _inbox(title: str) -> Callable[[datetime, datetime], Link]:
+def _asks(title: str, when: str, **query: object) -> Callable[[datetime, datetime], Link]:
+    """The asks opened (or decided) in the period: the ask list filtered as the chart counts."""
+
     def link(start: datetime, end: datetime) -> Link:
-        return Link(reverse("asks:inbox"), f"{title}, {period_label(start, end)}: the inbox")
+        period = {f"{when}_since": _iso(start), f"{when}_until": _iso(end)}
+        href = _url("asks:ask-list", **period, **query)
+        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
 
     return link
 
@@ -347,20 +405,28 @@ def _tools_chart(
     refusals = {tool: sum(counts) for tool, counts in overview.series("tool-refusal").items()}
     tools = sorted(set(errors) | set(refusals), key=lambda t: (-(errors.get(t, 0) + refusals.get(t, 0)), t))[:10]
     period = {"since": _iso(since), "until": _iso(until)}
+    # Failed calls are counted when their end was stored: the runs that stored events in the window.
+    stored = {"stored_since": _iso(since), "stored_until": _iso(until)}
     items = []
     for tool in tools:
         failed, refused = errors.get(tool, 0), refusals.get(tool, 0)
         runs = Link(
-            _url("ledger:run-list", tool=tool, project=project_slug, **period), f"Runs that called {tool}, {label}"
+            _url("ledger:run-list", tool=tool, project=project_slug, **stored), f"Runs that called {tool}, {label}"
         )
-        refusal_link = Link(_url("refusals:refusal-list", tool=tool, **period), f"Refusals of {tool}, {label}")
+        failed_runs = Link(
+            _url("ledger:run-list", tool=tool, tool_failed="on", project=project_slug, **stored),
+            f"Runs where a call of {tool} failed, {label}",
+        )
+        refusal_link = Link(
+            _url("refusals:refusal-list", tool=tool, project=project_slug, **period), f"Refusals of {tool}, {label}"
+        )
         items.append(
             Ranked(
                 tool,
                 failed + refused,
                 runs,
                 also=[
-                    ("failed", failed, runs if failed else None),
+                    ("failed", failed, failed_runs if failed else None),
                     ("refused", refused, refusal_link if refused else None),
                 ],
             )
@@ -409,7 +475,7 @@ def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> 
             agent or "(no agent id)",
             PALETTE[i % len(PALETTE)],
             [tokens.get((day, agent), 0) for day in days],
-            _runs(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug),
+            _runs_storing(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug),
         )
         for i, agent in enumerate(agents)
     ]
@@ -420,7 +486,9 @@ def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> 
             tokens_in=row.tokens_in,
             tokens_out=row.tokens_out,
             cost_usd=row.cost_usd or None,
-            link=_runs(f"Runs of {row.agent or 'agents without an id'}", agent=row.agent or None, project=project_slug)(
+            link=_runs_storing(
+                f"Runs of {row.agent or 'agents without an id'}", agent=row.agent or None, project=project_slug
+            )(
                 datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo),
                 datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo) + timedelta(days=1),
             ),

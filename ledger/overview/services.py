@@ -1,11 +1,12 @@
 """The overview's rollups, folded from stored records by the worker behind ingestion.
 
 Ingestion never waits for them: it stores events and moves on, and this pass counts each run's
-new records into per-minute counters (ActivityCount) and per-day usage (AgentDayUsage), then
-advances the run's `rolled_up` mark in the same transaction. A record is counted exactly once:
-one pass at a time (a session advisory lock), and a mark that moved meanwhile throws the
-transaction's counts away. The overview reads the counters, so its cost follows the window shown,
-never the size of the ledger; what the marks have not reached yet is shown as the figures' age.
+new records into per-minute, per-hour and per-day counters (ActivityCount, ActivityHourCount,
+ActivityDayCount) and per-day usage (AgentDayUsage), then advances the run's `rolled_up` mark in
+the same transaction. A record is counted exactly once: one pass at a time (a session advisory
+lock), and a mark that moved meanwhile throws the transaction's counts away. The overview reads
+the counters, so its cost follows the window shown, never the size of the ledger; what the marks
+have not reached yet is shown as the figures' age.
 """
 
 import time
@@ -28,7 +29,7 @@ RECORDS_PER_TRANSACTION = 20_000
 _COUNT_ACTIVITY = """
 WITH w AS (SELECT * FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)),
 e AS MATERIALIZED (
-    SELECT r.project_id, e.run_id, e.seq, e.type, e.tool_call_id, e.doc,
+    SELECT r.project_id, e.run_id, e.seq, e.type, e.tool_call_id, e.doc, e.wall_clock_ms,
         date_trunc('minute', e.received_at) AS minute
     FROM w JOIN ledger_run r ON r.id = w.run_id
     JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
@@ -45,8 +46,11 @@ counted (project_id, minute, kind, key) AS (
     SELECT r.project_id, date_trunc('minute', coalesce(r.first_event_at, r.created_at)), 'run-started', ''
     FROM w JOIN ledger_run r ON r.id = w.run_id WHERE w.start = 0
     UNION ALL
+    -- In the minute the ending event's wall clock names, as the run list's "last event" filter
+    -- finds the run (its last_event_at), falling back to when it was stored.
     SELECT project_id, minute, 'run-ended', ending FROM (
-        SELECT e.project_id, e.minute, CASE
+        SELECT e.project_id,
+        coalesce(date_trunc('minute', to_timestamp(e.wall_clock_ms / 1000.0)), e.minute) AS minute, CASE
             WHEN e.type = 'agentfootprint.agent.turn_end' THEN 'completed'
             WHEN e.type = 'agentfootprint.error.fatal'
                 AND (e.doc->'payload'->>'stage') IS DISTINCT FROM 'observer' THEN 'failed'
@@ -65,10 +69,25 @@ counted (project_id, minute, kind, key) AS (
     SELECT e.project_id, e.minute, 'tool-error', t.tool_name
     FROM e JOIN ledger_toolcall t ON t.run_id = e.run_id AND t.tool_call_id = e.tool_call_id
     WHERE e.type = 'agentfootprint.stream.tool_end' AND t.error AND t.tool_name IS NOT NULL
+),
+by_minute AS MATERIALIZED (
+    SELECT project_id, minute, kind, key, count(*) AS count FROM counted GROUP BY project_id, minute, kind, key
+),
+minutes AS (
+    INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
+    SELECT project_id, minute, kind, key, count FROM by_minute
+    ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
+),
+-- The same counts by the hour and by the day (ActivityHourCount, ActivityDayCount), in the same
+-- statement: never one without the others.
+hours AS (
+    INSERT INTO ledger_activityhourcount (project_id, hour, kind, key, count)
+    SELECT project_id, date_trunc('hour', minute, 'UTC'), kind, key, sum(count) FROM by_minute GROUP BY 1, 2, 3, 4
+    ON CONFLICT (project_id, hour, kind, key) DO UPDATE SET count = ledger_activityhourcount.count + EXCLUDED.count
 )
-INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
-SELECT project_id, minute, kind, key, count(*) FROM counted GROUP BY project_id, minute, kind, key
-ON CONFLICT (project_id, minute, kind, key) DO UPDATE SET count = ledger_activitycount.count + EXCLUDED.count
+INSERT INTO ledger_activitydaycount (project_id, day, kind, key, count)
+SELECT project_id, date_trunc('day', minute, 'UTC'), kind, key, sum(count) FROM by_minute GROUP BY 1, 2, 3, 4
+ON CONFLICT (project_id, day, kind, key) DO UPDATE SET count = ledger_activitydaycount.count + EXCLUDED.count
 """
 
 # `usage.input`/`usage.output` when they are numbers, as the run's own totals count them.
@@ -138,8 +157,8 @@ def rollups_fold_pending(*, budget_seconds: float = 15.0) -> FoldResult:
 
     One pass at a time (a session advisory lock): a pass finding it taken does nothing, so two
     workers (or passes queued behind a slow one) never count the same records twice. Writes
-    ActivityCount, AgentDayUsage and RollupRunCost rows and advances `Run.rolled_up`, a
-    transaction per group of runs; enqueues nothing.
+    ActivityCount, ActivityHourCount, ActivityDayCount, AgentDayUsage and RollupRunCost rows and
+    advances `Run.rolled_up`, a transaction per group of runs; enqueues nothing.
     """
     with session_connection().cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [LOCK])

@@ -56,6 +56,7 @@ class RefusalFilter:
     """The list filters; `since`/`until` bound the refusing event's wall clock (events sent without
     `meta.wallClockMs` fall outside any time range)."""
 
+    project: str | None = None  # a slug among the user's projects
     category: str | None = None
     rule: str | None = None
     tool: str | None = None
@@ -70,6 +71,8 @@ def _ms(value: datetime) -> int:
 
 def _refusals_for(user: User | AnonymousUser, filters: RefusalFilter) -> QuerySet[Refusal]:
     refusals = Refusal.objects.filter(run__project__in=projects_for_user(user))
+    if filters.project:
+        refusals = refusals.filter(run__project__slug=filters.project)
     if filters.category:
         refusals = refusals.filter(category=filters.category)
     if filters.rule:

@@ -17,7 +17,7 @@ from ledger.models import Refusal
 from ledger.refusals import selectors
 
 REFUSALS_PER_PAGE = 50
-FILTER_FIELDS = ("category", "rule", "tool", "agent", "since", "until")
+FILTER_FIELDS = ("project", "category", "rule", "tool", "agent", "since", "until")
 
 
 @require_GET

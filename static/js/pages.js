@@ -23,8 +23,43 @@ function showLocalTimes(root) {
     if (!Number.isNaN(moment.getTime())) element.title = localTime.format(moment);
   }
 }
-document.addEventListener("DOMContentLoaded", () => showLocalTimes(document));
-document.addEventListener("htmx:afterSwap", (event) => showLocalTimes(event.detail.elt.parentElement || document));
+// The overview's chart labels, mark titles and table periods, written on the server in UTC words,
+// are written again here in the reader's time zone: `data-moment` on a <time> (one moment) and
+// `data-period-start`/`-end` (a column's period, after `data-subject` when there is one).
+const zoneName = { timeZoneName: "short" };
+const dayWords = new Intl.DateTimeFormat(undefined, { weekday: "short", day: "2-digit", month: "short" });
+const dayTime = { day: "2-digit", month: "short", hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+const dayTimeWords = new Intl.DateTimeFormat(undefined, dayTime);
+const dayTimeZoneWords = new Intl.DateTimeFormat(undefined, { ...dayTime, ...zoneName });
+const timeZoneWords = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23", ...zoneName });
+const sameLocalDay = (a, b) => a.toDateString() === b.toDateString();
+function periodText(start, end) {
+  const isMidnight = start.getHours() === 0 && start.getMinutes() === 0;
+  if (end - start >= 86_400_000 && isMidnight) return dayWords.format(start);
+  const last = new Date(end.getTime() - 1);
+  return `${dayTimeWords.format(start)} to ${(sameLocalDay(start, last) ? timeZoneWords : dayTimeZoneWords).format(end)}`;
+}
+function showLocalPeriods(root) {
+  for (const element of root.querySelectorAll("time[data-moment]")) {
+    const moment = new Date(element.getAttribute("datetime"));
+    if (!Number.isNaN(moment.getTime())) element.textContent = dayTimeZoneWords.format(moment);
+  }
+  for (const element of root.querySelectorAll("[data-period-start]")) {
+    const start = new Date(element.dataset.periodStart);
+    const end = new Date(element.dataset.periodEnd);
+    if (Number.isNaN(start.getTime()) || Number.isNaN(end.getTime())) continue;
+    const period = periodText(start, end);
+    const text = element.dataset.subject ? `${element.dataset.subject}, ${period}` : period;
+    if (element.tagName === "A") element.title = text;
+    else element.textContent = text;
+  }
+}
+function showLocal(root) {
+  showLocalTimes(root);
+  showLocalPeriods(root);
+}
+document.addEventListener("DOMContentLoaded", () => showLocal(document));
+document.addEventListener("htmx:afterSwap", (event) => showLocal(event.detail.elt.parentElement || document));
 // Back and Forward: htmx restores a filtered list from its history snapshot, which keeps the rows
 // but not what was typed into the filter form (typed values are not in the markup). The URL holds
 // the filters (hx-push-url), so the form is filled from it.

@@ -80,3 +80,48 @@ def test_a_chart_mark_leads_to_the_runs_behind_it_and_on_to_a_run(
     page.wait_for_url(re.compile(re.escape(base) + f"/projects/{project.slug}/runs/{DECLINED_RUN}/$"))
     expect(page.locator("h1")).to_have_text(DECLINED_RUN)
     assert blocked == [], blocked
+
+
+def test_chart_labels_and_titles_read_in_the_readers_time_zone(
+    live_server: Any, browser: Any, project: Project, auditor: Any, agent_secret: str
+) -> None:
+    """Kolkata is UTC+05:30: every moment on the charts shows its half hour, and none says UTC."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from playwright.sync_api import expect
+
+    base = live_server.url
+    api(base, agent_secret, "POST", "/api/v1/events", {"events": recent(fixture_events("a-run-recording/events.json"))})
+    services.rollups_fold_pending()
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="Asia/Kolkata", locale="en-GB")
+    try:
+        page = context.new_page()
+        sign_in(page, base, "alice", "/?window=hour")
+        chart = page.locator("#chart-runs-started")
+        expect(chart.locator(".chart-axis time").first).not_to_contain_text("UTC")
+        local = ZoneInfo("Asia/Kolkata")
+        for label in chart.locator(".chart-axis time").all():
+            moment = datetime.fromisoformat(label.get_attribute("datetime")).astimezone(local)
+            assert moment.strftime("%H:%M") in label.inner_text(), label.inner_text()
+        title = chart.locator("svg a.mark title").first
+        start = datetime.fromisoformat(title.get_attribute("data-period-start")).astimezone(local)
+        end = datetime.fromisoformat(title.get_attribute("data-period-end")).astimezone(local)
+        text = title.text_content()
+        assert text.startswith("Runs started, ")
+        assert f"{start:%H:%M} to {end:%H:%M}" in text, text
+        assert "UTC" not in text
+        row_period = chart.locator(".chart-table tbody time").first
+        assert "UTC" not in row_period.text_content()
+        assert f"{start:%H:%M}" in row_period.text_content()
+        # The usage table's days (UTC days) and their links name their periods in local time too.
+        usage_day = page.locator("#chart-usage table.usage tbody time").first
+        assert "UTC" not in usage_day.text_content()
+        assert "UTC" not in page.locator("#chart-usage table.usage tbody a").first.get_attribute("title")
+        # The window chosen in place swaps the figures in: they are written in local time too.
+        page.get_by_label("Last day").check()
+        expect(page).to_have_url(re.compile(r"[?&]window=day"))
+        expect(chart.locator(".chart-scale")).to_contain_text("per hour")
+        expect(chart.locator(".chart-axis time").first).not_to_contain_text("UTC")
+    finally:
+        context.close()

@@ -153,7 +153,13 @@ def test_the_auditors_pages_fit_a_phone(
     SCREENSHOTS.mkdir(exist_ok=True)
     run = f"/projects/acme/runs/{paused_ask.run_id}/"
     page = open_page("alice", run, viewport=PHONE, color_scheme=scheme)
-    for name, path in (("run", run), ("run-tools", run + "tab/tools/"), ("runs", "/runs/"), ("refusals", "/refusals/")):
+    for name, path in (
+        ("run", run),
+        ("run-tools", run + "tab/tools/"),
+        ("runs", "/runs/"),
+        ("refusals", "/refusals/"),
+        ("asks", "/asks/"),
+    ):
         page.goto(live_server.url + path)
         expect(page.locator("h1")).to_be_visible()
         page.screenshot(path=str(SCREENSHOTS / f"{name}-phone-{scheme}.png"), full_page=True)

@@ -168,3 +168,32 @@ def test_two_folds_of_the_same_ranges_keep_one(stored):
         thread.join()
     assert sorted(folded) == [0, sum(stop for _, _, stop in ranges)]
     assert _counted("events") == sum(stop for _, _, stop in ranges)
+
+
+def test_the_hours_and_days_hold_the_minutes_summed(stored, agent_client):
+    """Folded in one pass and then in another as the run grows, hour by hour the figures agree."""
+    from django.db.models.functions import Trunc
+
+    from ledger.models import ActivityDayCount, ActivityHourCount
+
+    services.rollups_fold_pending()
+    assert agent_client.ingest(_cost_ticks("run-cost", [0.05], first_seq=2)).status_code == 200
+    services.rollups_fold_pending()
+    from_minutes = {
+        (row["project"], row["hour"], row["kind"], row["key"]): row["total"]
+        for row in ActivityCount.objects.annotate(hour=Trunc("minute", "hour"))
+        .values("project", "hour", "kind", "key")
+        .annotate(total=Sum("count"))
+    }
+    hours = {(row.project_id, row.hour, row.kind, row.key): row.count for row in ActivityHourCount.objects.all()}
+    assert hours == from_minutes
+    by_day = {
+        (row["project"], row["day"], row["kind"], row["key"]): row["total"]
+        for row in ActivityCount.objects.annotate(day=Trunc("minute", "day"))
+        .values("project", "day", "kind", "key")
+        .annotate(total=Sum("count"))
+    }
+    assert {(r.project_id, r.day, r.kind, r.key): r.count for r in ActivityDayCount.objects.all()} == by_day
+    assert sum(count for (_, _, kind, _), count in hours.items() if kind == "events") == sum(
+        Run.objects.values_list("chain_length", flat=True)
+    )

@@ -2,6 +2,7 @@
 
 import re
 import time
+from datetime import datetime, timedelta
 from html import unescape
 from typing import Any
 
@@ -52,7 +53,7 @@ def test_the_overview_charts_the_persons_projects(auditor_client, folded, django
     assert "Figures are up to date" in html
     marks = MARK_HREF.findall(html)
     assert marks, "no chart mark"
-    assert all("<title>" in part for part in html.split('class="mark"')[1:])  # each mark names itself
+    assert all("<title" in part for part in html.split('class="mark"')[1:])  # each mark names itself
     assert "The figures as a table" in html
     assert 'style="' not in html  # the CSP forbids inline styles
     assert "/static/css/overview.css" in html
@@ -148,3 +149,174 @@ def test_the_overview_server_time_does_not_read_events(auditor_client, folded, d
         _html(auditor_client.get("/?window=30d"))
     touching = [q["sql"] for q in queries if "ledger_runevent" in q["sql"] and "position = r.rolled_up" not in q["sql"]]
     assert touching == []
+
+
+def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_client, folded, project) -> None:
+    """Windows of whole-hour columns read the hourly rollup: the same counts, no more queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ledger.overview.selectors import WINDOWS, overview_get
+
+    statements = {}
+    for window in WINDOWS:
+        with CaptureQueriesContext(connection) as queries:
+            _html(auditor_client.get("/", {"window": window}))
+        statements[window] = len(queries)
+    assert len(set(statements.values())) == 1, statements
+    # Everything happened in the last minutes: each window, minutes or hours, sums to the same totals.
+    stored = sum(Run.objects.filter(project=project).values_list("chain_length", flat=True))
+    totals = {
+        name: {series: sum(counts) for series, counts in overview_get(projects=[project], window=window).counts.items()}
+        for name, window in WINDOWS.items()
+    }
+    assert totals["hour"][("events", "")] == stored
+    assert totals["day"] == totals["week"] == totals["30d"] == totals["hour"]
+
+
+def test_every_time_on_a_chart_carries_its_instant_for_the_readers_time_zone(auditor_client, folded) -> None:
+    """The UTC words are the no-JavaScript fallback; static/js/pages.js rewrites them from these
+    instants in the reader's zone (tests/e2e/test_overview.py checks it in Chromium)."""
+    html = _html(auditor_client.get("/", {"window": "hour"}))
+    section = html.split('id="chart-runs-started"')[1].split("</section>")[0]
+    titles = re.findall(r"<title([^>]*)>([^<]+)</title>", section)
+    assert titles
+    for attributes, text in titles:
+        start, end = re.search(r'data-period-start="([^"]+)" data-period-end="([^"]+)"', attributes).groups()
+        assert datetime.fromisoformat(end) - datetime.fromisoformat(start) == timedelta(minutes=1)
+        assert 'data-subject="Runs started"' in attributes
+        assert text.startswith("Runs started, ")
+        assert text.endswith(" UTC")
+    axis = re.findall(r'<time datetime="([^"]+)" data-moment>', section)
+    assert len(axis) == 2
+    assert re.search(r'<td><time datetime="[^"]+" data-period-start=', section)
+
+
+def _marks(html: str, chart: str) -> list[tuple[str, str]]:
+    """(href, title) of each mark of a chart."""
+    section = html.split(f'id="chart-{chart}"')[1].split("</section>")[0]
+    return [
+        (unescape(href), unescape(title))
+        for href, title in re.findall(
+            r'<a href="([^"]+)" class="mark"><rect [^>]*><title[^>]*>([^<]+)</title>', section
+        )
+    ]
+
+
+def test_each_asks_mark_leads_to_the_asks_behind_it(auditor_client, agent_client, integration_client, project):
+    """Opened, decided and closed by their deadline: each column's link lists exactly its asks."""
+    from datetime import UTC
+    from datetime import datetime as moment
+
+    from ledger.asks.services import asks_apply_deadlines
+    from ledger.models import Ask
+    from tests.ledger.ask_helpers import decide, open_ask, plain_body
+
+    past = moment.now(UTC) - timedelta(minutes=1)
+    decided = open_ask(agent_client, plain_body("q1", "run-a"))
+    timed_out = open_ask(agent_client, {**plain_body("q2", "run-b"), "deadline": past.isoformat()})
+    still_open = open_ask(agent_client, plain_body("q3", "run-c"))
+    answered = decide(integration_client, decided["id"], approved=True, by="carol", value="EU")
+    assert answered.status_code == 200, answered.content
+    assert asks_apply_deadlines() == 1
+    html = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
+    marks = _marks(html, "asks")
+    expected = {
+        "Asks opened": {decided["id"], timed_out["id"], still_open["id"]},
+        "Asks decided": {decided["id"]},
+        "Asks closed by their deadline": {timed_out["id"]},
+    }
+    found: dict[str, set[int]] = {subject: set() for subject in expected}
+    for href, title in marks:
+        assert href.startswith("/asks/?"), href
+        subject = title.split(",")[0]
+        page = _html(auditor_client.get(href))
+        found[subject] |= {int(pk) for pk in re.findall(r'<tr class="ask-row" id="ask-(\d+)">', page)}
+    assert found == expected
+    assert Ask.objects.filter(project=project).count() == 3
+
+
+def test_each_runs_ended_mark_leads_to_the_runs_that_ended_then(auditor_client, folded, project):
+    """Counted in the minute the ending event's wall clock names: the run list's last-event filter."""
+    marks = _marks(_html(auditor_client.get("/", {"window": "hour", "project": project.slug})), "runs-ended")
+    assert marks
+    behind: dict[str, set[str]] = {}
+    for href, _title in marks:
+        assert "ended_since=" in href
+        assert "ended_until=" in href
+        status = re.search(r"status=(\w+)", href).group(1)
+        page = _html(auditor_client.get(href))
+        behind.setdefault(status, set()).update(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
+    ended = Run.objects.filter(project=project).exclude(status__in=["running", "paused"])
+    assert behind == {
+        status: set(ended.filter(status=status).values_list("run_id", flat=True))
+        for status in ended.values_list("status", flat=True)
+    }
+
+
+def test_refusal_marks_of_one_project_list_that_projects_refusals_only(
+    auditor_client, agent_client, other_agent_client, project, other_project, auditor
+):
+    """A person in both projects who chose one sees the refusals of that one behind its marks."""
+    from tenancy.models import Membership
+
+    Membership.objects.create(user=auditor, project=other_project, role=Membership.Role.AUDITOR)
+    for client in (agent_client, other_agent_client):
+        assert client.ingest(recent(fixture_events("b-middleware/events-declined.json"))).status_code == 200
+    services.rollups_fold_pending()
+    html = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
+    hrefs = [href for href, _ in _marks(html, "refusals")]
+    assert hrefs
+    assert all(f"project={project.slug}" in href for href in hrefs)
+    behind = sum(_html(auditor_client.get(href)).count('class="refusal-row"') for href in hrefs)
+    assert behind == Refusal.objects.filter(run__project=project).count() > 0
+    assert Refusal.objects.filter(run__project=other_project).count() > 0
+
+
+def test_the_ask_list_answers_another_projects_slug_with_a_404(outsider_client, auditor_client, project):
+    assert outsider_client.get("/asks/", {"project": project.slug}).status_code == 404
+    html = _html(auditor_client.get("/asks/", {"project": project.slug, "opened_since": "soon"}))
+    assert "opened_since: Enter a valid date/time." in html
+    assert "No asks match these filters." in html
+
+
+def test_each_events_mark_leads_to_the_runs_that_stored_them(auditor_client, folded, project):
+    marks = _marks(_html(auditor_client.get("/", {"window": "hour", "project": project.slug})), "events")
+    assert marks
+    listed: set[str] = set()
+    for href, title in marks:
+        assert "stored_since=" in href
+        assert title.startswith("Runs that stored events, ")
+        page = _html(auditor_client.get(href))
+        listed |= set(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
+    assert listed == set(Run.objects.filter(project=project).values_list("run_id", flat=True))
+
+
+def _run_ids(page: str) -> set[str]:
+    return set(re.findall(r'class="run-row">\s*<td><a href="[^"]+">([^<]+)</a>', page))
+
+
+def test_a_tools_failed_calls_lead_to_the_runs_where_they_failed(auditor_client, folded, project):
+    from ledger.models import ToolCall
+
+    section = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
+    section = section.split('id="chart-tools"')[1].split("</section>")[0]
+    links = [unescape(href) for href in re.findall(r'<a href="([^"]+tool_failed=on[^"]*)"', section)]
+    assert links
+    for href in links:
+        tool = re.search(r"tool=([^&]+)", href).group(1)
+        failed = ToolCall.objects.filter(run__project=project, tool_name=tool, error=True)
+        assert _run_ids(_html(auditor_client.get(href))) == set(failed.values_list("run__run_id", flat=True)) != set()
+
+
+def test_a_usage_row_leads_to_the_agents_runs_of_that_day(auditor_client, folded, project):
+    html = _html(auditor_client.get("/", {"window": "day", "project": project.slug}))
+    table = html.split('<table class="usage">')[1].split("</table>")[0]
+    rows = re.findall(r'<a href="([^"]+)" title="[^"]*"[^>]*>([^<]+)</a>', table)
+    assert rows
+    for href, agent in rows:
+        listed = _run_ids(_html(auditor_client.get(unescape(href))))
+        runs = Run.objects.filter(project=project, agent_id=None if agent == "(no agent id)" else agent)
+        reported = {run.run_id for run in runs if run.tokens_in or run.tokens_out}
+        assert reported <= listed, (agent, reported - listed)
+        assert listed <= set(runs.values_list("run_id", flat=True))

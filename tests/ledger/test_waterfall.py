@@ -196,6 +196,75 @@ def test_a_window_never_draws_more_than_its_cap_per_lane(agent_client, project):
     assert sum(int(re.match(r"\d+", bar.title).group()) for bar in steps.bars) == steps.spans
 
 
+@pytest.fixture
+def dense_run(agent_client) -> Run:
+    """600 iterations in one turn: 1,200 dispatch steps, enough for two levels of cells."""
+    ingest(agent_client, list(synthetic_run_events("dense", iterations=600, iterations_per_turn=600)), batch=3000)
+    run = Run.objects.get(run_id="dense")
+    span_index.run_spans_build(run_pk=run.pk)
+    return run
+
+
+def test_each_level_of_cells_counts_every_span_of_its_lane_once(dense_run):
+    from ledger.models import RunSpanCell
+
+    overview = RunSpanOverview.objects.get(run=dense_run)
+    levels = {entry["lane"]: entry["levels"] for entry in overview.lanes}
+    assert levels[span_index.LANE_STEPS] == 2  # 1,200 spans: 120 and 480 cells
+    assert levels[span_index.LANE_TURNS] == 0  # one span: its windows count it
+    for lane, count in levels.items():
+        starts = list(RunSpan.objects.filter(run=dense_run, lane=lane).values_list("start_ms", "refused"))
+        for level in range(count):
+            expected: dict[int, list[int]] = {}
+            for start, refused in starts:
+                cell = expected.setdefault(span_index.cell_of(start, overview.duration_ms, level), [0, 0])
+                cell[0] += 1
+                cell[1] += int(refused)
+            stored = RunSpanCell.objects.filter(run=dense_run, lane=lane, level=level)
+            assert {c.cell: [c.spans, c.refused] for c in stored} == expected, (lane, level)
+
+
+def test_a_zoom_into_a_dense_lane_reads_its_cells_not_its_spans(dense_run):
+    from django.test.utils import CaptureQueriesContext
+
+    duration = RunSpanOverview.objects.get(run=dense_run).duration_ms
+    start, end = duration // 4, duration // 2 - 1  # just under a quarter of the run: the cells of level 1
+    assert waterfall._cell_level(duration, end - start) == 1
+    with CaptureQueriesContext(connection) as queries:
+        chart = waterfall.run_waterfall(run=dense_run, from_ms=start, to_ms=end)
+    assert any("ledger_runspancell" in q["sql"] for q in queries)
+    steps = _lane(chart, "dispatch steps")
+    assert steps.aggregated
+    assert span_index.CELL_SPLIT * waterfall.WINDOW_BUCKETS // 16 <= len(steps.bars) <= waterfall.WINDOW_BUCKETS + 1
+    first, last = (span_index.cell_of(ms, duration, 1) for ms in (start, end))
+    behind = [
+        s
+        for s in RunSpan.objects.filter(run=dense_run, lane=span_index.LANE_STEPS).values_list("start_ms", flat=True)
+        if first <= span_index.cell_of(s, duration, 1) <= last
+    ]
+    assert steps.spans == len(behind) == sum(int(re.match(r"\d+", bar.title).group()) for bar in steps.bars)
+    # Each bucket zooms into its own cell, and sits inside the window.
+    assert all(bar.zoom is not None and bar.zoom[1] - bar.zoom[0] <= duration / 480 + 2 for bar in steps.bars)
+    assert all(bar.x >= 0 and bar.x + bar.width <= waterfall.WIDTH + 0.1 for bar in steps.bars)
+
+
+def test_a_run_indexed_before_the_cells_is_counted_from_its_spans(dense_run):
+    from ledger.models import RunSpanCell
+
+    whole = RunSpanOverview.objects.get(run=dense_run)
+    before = waterfall.run_waterfall(run=dense_run, from_ms=whole.duration_ms // 4, to_ms=whole.duration_ms // 2)
+    RunSpanCell.objects.filter(run=dense_run).delete()
+    whole.lanes = [{k: v for k, v in entry.items() if k != "levels"} for entry in whole.lanes]
+    whole.save()
+    after = waterfall.run_waterfall(run=dense_run, from_ms=whole.duration_ms // 4, to_ms=whole.duration_ms // 2)
+    assert _lane(after, "dispatch steps").aggregated
+    start, end = after.from_ms, after.to_ms
+    in_window = RunSpan.objects.filter(run=dense_run, lane=span_index.LANE_STEPS, start_ms__lte=end, end_ms__gte=start)
+    assert _lane(after, "dispatch steps").spans == in_window.count()
+    # The cells count whole cells at the window's edges: a few spans more, never fewer.
+    assert in_window.count() <= _lane(before, "dispatch steps").spans <= in_window.count() + 20
+
+
 def test_a_window_outside_the_run_is_clamped_to_it(long_run):
     whole = waterfall.run_waterfall(run=long_run)
     chart = waterfall.run_waterfall(run=long_run, from_ms=-500, to_ms=whole.duration_ms * 10)
@@ -321,3 +390,54 @@ def test_the_page_reads_a_bounded_number_of_queries(auditor_client, project, lon
 
 def test_another_projects_run_has_no_waterfall(outsider_client, project, declined_run):
     assert outsider_client.get(page(project, declined_run)).status_code == 404
+
+
+def _parallel_run_events(run_id: str) -> list[dict]:
+    """A Parallel composition `research` of two agents, `web` and `docs`, whose LLM calls
+    interleave: web starts first, docs starts, web ends, docs ends; docs completes after web."""
+    clock = 1_796_043_000_000
+    events = []
+
+    def event(event_type: str, payload: dict, path: list[str], step: int = 10) -> None:
+        nonlocal clock
+        clock += step
+        meta = {"runId": run_id, "wallClockMs": clock, "runOffsetMs": 0, "compositionPath": path, "subflowPath": []}
+        events.append({"seq": len(events), "type": f"agentfootprint.{event_type}", "payload": payload, "meta": meta})
+
+    root = ["Sequence:pipeline"]
+    web, docs = [*root, "Parallel:research", "Agent:web"], [*root, "Parallel:research", "Agent:docs"]
+    event("agent.turn_start", {"turnIndex": 0, "userPrompt": "compare"}, root)
+    event("composition.enter", {"kind": "Parallel", "id": "research", "name": "research", "childCount": 2}, root)
+    branches = [{"id": "web", "name": "web search"}, {"id": "docs", "name": "internal docs"}]
+    event("composition.fork_start", {"parentId": "research", "branches": branches}, [*root, "Parallel:research"])
+    event("stream.llm_start", {"iteration": 0, "model": "web-model"}, web)
+    event("stream.llm_start", {"iteration": 0, "model": "docs-model"}, docs)
+    event("stream.llm_end", {"iteration": 0, "content": "web says"}, web, step=100)
+    event("composition.branch_complete", {"parentId": "research", "branchId": "web", "status": "ok"}, web)
+    event("stream.llm_end", {"iteration": 0, "content": "docs say"}, docs, step=300)
+    event("composition.merge_end", {"parentId": "research", "strategy": "fn", "mergedBranchCount": 2}, root)
+    event("agent.turn_end", {"turnIndex": 0, "finalContent": "done"}, root)
+    return events
+
+
+def test_parallel_branches_each_get_their_own_lane(agent_client, project, auditor_client):
+    ingest(agent_client, _parallel_run_events("parallel"))
+    run = Run.objects.get(run_id="parallel")
+    chart = waterfall.run_waterfall(run=run)
+    branch_lanes = [lane for lane in chart.lanes if lane.label.startswith("branch ")]
+    assert [lane.label for lane in branch_lanes] == [
+        "branch web search of research",
+        "branch internal docs of research",
+    ]
+    assert len({lane.number for lane in branch_lanes}) == 2
+    web, docs = (RunSpan.objects.get(run=run, kind="branch", lane=lane.number) for lane in branch_lanes)
+    # web: from its first event (seq 3) to its completion (seq 6); docs: seq 4 to its last event (seq 7).
+    assert (web.first_seq, web.last_seq) == (3, 6)
+    assert (docs.first_seq, docs.last_seq) == (4, 7)
+    assert web.start_ms < docs.start_ms < web.end_ms < docs.end_ms
+    # Each branch's LLM call ends its own start, though the calls overlap.
+    llm = {span.label: (span.first_seq, span.last_seq) for span in RunSpan.objects.filter(run=run, kind="llm")}
+    assert llm == {"LLM call web-model": (3, 5), "LLM call docs-model": (4, 7)}
+    html = auditor_client.get(page(project, "parallel")).content.decode()
+    assert "branch web search of research" in html
+    assert 'class="bar k-branch' in html
