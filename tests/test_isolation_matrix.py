@@ -634,6 +634,7 @@ PAGES: dict[str, PageCase] = {
             data=lambda t: {"keep_days": "90"},
         ),
         P("asks:inbox", "GET", _no_kwargs, LIST, EVERY_ROLE, (APPROVER, 200), MARK),
+        P("asks:ask-list", "GET", _no_kwargs, LIST, EVERY_ROLE, (AUDITOR, 200), MARK),
         P("asks:ask-detail", "GET", _ask, GONE, EVERY_ROLE, (AUDITOR, 200), MARK),
         P(
             "asks:ask-decide",
