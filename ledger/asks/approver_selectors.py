@@ -33,7 +33,10 @@ def ask_arguments(ask: Ask) -> Any:
     else the call's as the model sent them (None when none of these is known yet)."""
     if ask.check_in and isinstance(ask.check_in.get("args"), dict):
         return ask.check_in["args"]
-    checkpoint = Ask.objects.filter(pk=ask.pk).values_list("checkpoint", flat=True).first() if ask.pk else None
+    if "checkpoint" not in ask.get_deferred_fields():  # an ask just opened holds it already
+        checkpoint = ask.checkpoint
+    else:
+        checkpoint = Ask.objects.filter(pk=ask.pk).values_list("checkpoint", flat=True).first()
     if checkpoint is not None:
         # A checkpoint is opaque to the server (the framework's own fixtures carry a string): read
         # the paused args only from the shape that has them.
