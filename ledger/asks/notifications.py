@@ -13,6 +13,7 @@ arguments unless the channel's admin allowed them. Sending happens in the worker
 decision is made, so a slow receiver delays nobody's decision.
 """
 
+import functools
 import logging
 import re
 import secrets
@@ -59,7 +60,7 @@ TIMEOUT_SECONDS = 10
 # A batch's lease: long enough for many messages, and a batch stops sending TIMEOUT_SECONDS before
 # it ends, so no attempt outlives it. A worker killed mid-batch delays its messages by this much.
 LEASE_SECONDS = 60
-BATCH = 50
+BATCH = 10
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}")
 MAX_ADDRESSES = 20
 # People told of a project's asks are the ones who may decide them.
@@ -280,14 +281,21 @@ def notifications_send_for_ask(*, ask_id: int) -> int:
 
 def notifications_send_due(*, limit: int = 200) -> int:
     """The outbox sweep for messages: attempt up to `limit` due ones, a batch at a time. Returns
-    how many were delivered."""
+    how many were delivered. After a full batch (more may be due) it rests so that it sends no
+    more than FOOTPRINT_NOTIFICATIONS_PER_SECOND: a backlog drains at a steady pace instead of
+    taking a core from ingestion for as long as it lasts."""
+    per_second = settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND
     delivered = 0
     while limit > 0:
-        claimed, delivered_now = _deliver_batch_counted(_sendable(timezone.now()), limit=min(limit, BATCH))
+        started = time.monotonic()
+        batch = min(limit, BATCH)
+        claimed, delivered_now = _deliver_batch_counted(_sendable(timezone.now()), limit=batch)
         delivered += delivered_now
-        if claimed < min(limit, BATCH):
+        if claimed < batch:
             break
         limit -= claimed
+        if per_second > 0:
+            time.sleep(max(0.0, claimed / per_second - (time.monotonic() - started)))
     return delivered
 
 
@@ -357,7 +365,7 @@ def _send_batch(claimed: list[_Claimed]) -> dict[int, _Outcome]:
     lease could run out (each send may take up to TIMEOUT_SECONDS): the rest are left unsent."""
     outcomes: dict[int, _Outcome] = {}
     mail = _MailConnection()
-    agents: dict[tuple[int, str], str | None] = {}
+    agents = _agents_of([item.delivery.ask for item in claimed])
     budget_ends = time.monotonic() + LEASE_SECONDS - TIMEOUT_SECONDS
     try:
         for item in claimed:
@@ -375,6 +383,18 @@ def _send_batch(claimed: list[_Claimed]) -> dict[int, _Outcome]:
     finally:
         mail.close()
     return outcomes
+
+
+def _agents_of(asks: list[Ask]) -> dict[tuple[int, str], str | None]:
+    """The agents of the asks' runs, read in one query for the batch (each message names its agent)."""
+    agents: dict[tuple[int, str], str | None] = dict.fromkeys(((ask.project_id, ask.run_id) for ask in asks), None)
+    runs = Run.objects.filter(
+        project_id__in={project for project, _ in agents}, run_id__in={run for _, run in agents}
+    ).values_list("project_id", "run_id", "agent_id")
+    for project_id, run_id, agent_id in runs:
+        if (project_id, run_id) in agents:
+            agents[(project_id, run_id)] = agent_id
+    return agents
 
 
 def _record_batch(claimed: list[_Claimed], outcomes: dict[int, _Outcome]) -> None:
@@ -437,6 +457,20 @@ _HEADLINE: dict[str, str] = {
 }
 
 
+@functools.cache
+def _ask_path_around() -> tuple[str, str]:
+    marker = "987654321"
+    before, after = reverse("asks:ask-detail", args=[int(marker)]).split(marker)
+    return before, after
+
+
+def ask_path(ask_id: int) -> str:
+    """The ask page's path. Reversed once per process: a batch's messages each link to one, and
+    `reverse` took more of a message's time than anything else but the SMTP round trip."""
+    before, after = _ask_path_around()
+    return f"{before}{ask_id}{after}"
+
+
 def message_of(delivery: WebhookDelivery, agents: dict[tuple[int, str], str | None] | None = None) -> Message:
     """What a message says: project, agent, tool, question, deadline and the ask page's link;
     the call's arguments only for a channel that allows them. `agents` keeps the runs' agents
@@ -450,7 +484,7 @@ def message_of(delivery: WebhookDelivery, agents: dict[tuple[int, str], str | No
             Run.objects.filter(project=project, run_id=ask.run_id).values_list("agent_id", flat=True).first()
         )
     agent = agents[run_key]
-    link = settings.FOOTPRINT_PUBLIC_URL.rstrip("/") + reverse("asks:ask-detail", args=[ask.pk])
+    link = settings.FOOTPRINT_PUBLIC_URL.rstrip("/") + ask_path(ask.pk)
     tool = ask.tool_name or ask.middleware or "(no tool named)"
     question = ask.question or "(no question given)"
     subject = f"[{project.slug}] {ask.get_kind_display()} on {tool} {_HEADLINE[delivery.event]}"
