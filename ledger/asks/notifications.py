@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 10
 # A batch's lease: long enough for many messages, and a batch stops sending TIMEOUT_SECONDS before
 # it ends, so no attempt outlives it. A worker killed mid-batch delays its messages by this much.
-LEASE_SECONDS = 60
+LEASE_SECONDS = 30
 BATCH = 10
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}")
 MAX_ADDRESSES = 20
