@@ -244,3 +244,20 @@ def test_mail_server_unreachable_the_whole_batch_fails_at_once_each_attempt_reco
         assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.FAILED, 1, None)
         assert delivery.next_attempt_at > timezone.now()
         assert "mail server" in delivery.attempt_log.get().error
+
+
+def test_messages_a_batch_cannot_reach_before_its_lease_are_handed_back_unsent(
+    project: Project, agent_client: ApiClient, smtp: Any, monkeypatch: Any
+) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    ask = open_ask(agent_client, plain_body())
+    # A lease no longer than one send's timeout leaves the batch no time to send anything.
+    monkeypatch.setattr(notifications, "LEASE_SECONDS", notifications.TIMEOUT_SECONDS)
+    assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 0
+    assert smtp.messages == []
+    delivery = _notifications(ask["id"]).get()
+    assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.PENDING, 0, None)
+    assert not delivery.attempt_log.exists()  # never attempted, so no attempt is logged
+    monkeypatch.undo()
+    assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 1
+    assert len(smtp.messages) == 1
