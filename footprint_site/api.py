@@ -34,12 +34,14 @@ api = NinjaAPI(
     description=(
         "Evidence of agentfootprint runs: typed events, recordings, asks and artifacts. Every operation "
         "takes an agent key, `Authorization: Bearer afk_…`, carrying the scope its security scheme names "
-        "(`ingest`, `artifacts`, `asks`, `read`; `decide` for integrations that decide asks). Errors are "
+        "(`ingest`, `artifacts`, `asks`, `read`; `decide` for integrations that decide asks; `admin` for "
+        "a project admin's own key). Errors are "
         "`{error, code}`: a sentence and a stable code."
     ),
 )
 for room in ("ingest", "explorer", "asks", "audits"):
     api.add_router("/", f"ledger.{room}.api.router")
+api.add_router("/", "ledger.asks.admin_api.router")
 api.add_router("/artifacts", "artifacts.api.router")
 api.add_router("/", "artifacts.api.store_router")
 if settings.FOOTPRINT_TEST_HOOKS:

@@ -317,5 +317,8 @@ EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="footprint@localhost")
 FOOTPRINT_PUBLIC_URL = env.str("FOOTPRINT_PUBLIC_URL", default="http://127.0.0.1:8000")
 FOOTPRINT_NOTIFY_HTTP_HOSTS = env.list("FOOTPRINT_NOTIFY_HTTP_HOSTS", default=[])
+# The outbox sweep sends at most this many notifications a second (0: no limit), resting between
+# its batches, so a backlog drains without taking a core from ingestion.
+FOOTPRINT_NOTIFICATIONS_PER_SECOND = env.int("FOOTPRINT_NOTIFICATIONS_PER_SECOND", default=50)
 # An ask is announced as nearing its deadline this long before it.
 FOOTPRINT_DEADLINE_WARNING_MINUTES = env.int("FOOTPRINT_DEADLINE_WARNING_MINUTES", default=5)

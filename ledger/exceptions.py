@@ -116,3 +116,24 @@ class RefusalNotFound(LedgerError):
 class AuditBundleInvalid(LedgerError):
     status = 422
     code = "ERR_INVALID_AUDIT_BUNDLE"
+
+
+class AdminOnly(LedgerError):
+    """An admin operation over the API by a key that acts for nobody who is an admin of its project."""
+
+    status = 403
+    code = "ERR_NOT_ADMIN"
+
+
+class AdminObjectNotFound(LedgerError):
+    """No such channel, rule or group in the key's project (another project's is answered the same)."""
+
+    status = 404
+    code = "ERR_NOT_FOUND"
+
+
+class AdminBodyInvalid(LedgerError):
+    """An admin operation's body of the wrong shape (a field it does not name, a value of the wrong type)."""
+
+    status = 422
+    code = "ERR_INVALID_ADMIN_BODY"

@@ -225,3 +225,97 @@ class DecisionOut(Schema):
     status: str = Field(description="open or decided")
     decision: dict[str, Any] | None = Field(None, description="present once decided")
     retryAfterMs: int | None = Field(None, description="present when no wait slot was free: ask again after it")
+
+
+# --- who is told and who decides (admin keys) ---------------------------------------------------
+
+
+class AdminChannelIn(StrictIn):
+    kind: str = Field(description="email, slack (a Slack-compatible incoming webhook) or webhook (signed JSON)")
+    target: str = Field(description="email addresses, comma-separated, or the webhook's https URL")
+    onNewAsk: bool = True
+    onDeadline: bool = True
+    includePayload: bool = Field(False, description="off: messages carry the agent, tool and question only")
+
+
+class AdminChannelOut(Schema):
+    name: str
+    kind: str
+    target: str
+    onNewAsk: bool
+    onDeadline: bool
+    includePayload: bool
+    active: bool
+    lastStatus: str | None = Field(None, description="how the latest message went: pending, delivered or failed")
+    lastError: str | None = Field(None, description="present when the latest message failed")
+
+
+class AdminChannelListOut(Schema):
+    channels: list[AdminChannelOut]
+
+
+class AdminDeadlineRuleIn(StrictIn):
+    toolName: str = Field("", description="the tool whose asks it governs; or middleware, not both")
+    middleware: str = ""
+    deadlineMinutes: int
+    onTimeout: str = Field("decline", description="the default applied at the deadline: decline or approve")
+    note: str = Field("", description="what the agent is told with the default")
+    escalation: list[dict[str, Any]] = Field(
+        default_factory=list, description="steps [{afterMinutes, notify}], in order, each before the deadline"
+    )
+
+
+class AdminDeadlineRuleOut(Schema):
+    id: int
+    toolName: str | None = None
+    middleware: str | None = None
+    deadlineMinutes: int
+    onTimeout: str
+    note: str
+    escalation: list[dict[str, Any]]
+
+
+class AdminDeadlineRuleListOut(Schema):
+    rules: list[AdminDeadlineRuleOut]
+
+
+class AdminGroupIn(StrictIn):
+    name: str
+
+
+class AdminMemberIn(StrictIn):
+    username: str
+
+
+class AdminMemberOut(Schema):
+    id: int
+    username: str
+
+
+class AdminGroupOut(Schema):
+    id: int
+    name: str
+    members: list[AdminMemberOut]
+
+
+class AdminGroupListOut(Schema):
+    groups: list[AdminGroupOut]
+
+
+class AdminApprovalRuleIn(StrictIn):
+    toolName: str
+    group: str = Field(description="an approver group's name")
+    quorum: int = Field(1, description="different people of the group needed, 1 to 10")
+    conditions: str = Field("", description="one a line, as on the page: amount > 1000; empty: every call")
+
+
+class AdminApprovalRuleOut(Schema):
+    id: int
+    toolName: str
+    group: str
+    quorum: int
+    conditions: str
+
+
+class AdminApprovalRuleListOut(Schema):
+    rules: list[AdminApprovalRuleOut]

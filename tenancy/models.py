@@ -33,6 +33,10 @@ class AgentKey(models.Model):
         # Deciding asks over the API, for an integration (a chat bot, a ticket system). Never part
         # of an agent's default scopes: an agent holding it could approve its own tool calls.
         DECIDE = "decide"
+        # Changing who is told and who decides (channels, deadline rules, approver groups and
+        # rules) over the API. Such a key acts for the project admin who minted it, and only while
+        # that person is still one of its admins.
+        ADMIN = "admin"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agent_keys")
     name = models.CharField(max_length=200, blank=True)
@@ -50,7 +54,7 @@ class AgentKey(models.Model):
 
 
 # What `create_agent_key` gives a key when no scopes are named: everything an agent does.
-AGENT_SCOPES = [scope for scope in AgentKey.Scope.values if scope != AgentKey.Scope.DECIDE]
+AGENT_SCOPES = [scope for scope in AgentKey.Scope.values if scope not in (AgentKey.Scope.DECIDE, AgentKey.Scope.ADMIN)]
 
 
 class Membership(models.Model):

@@ -20,6 +20,19 @@ def agent_key_get_by_secret(*, secret: str) -> AgentKey | None:
     )
 
 
+def agent_key_person(*, key: AgentKey) -> User | None:
+    """The person a key acts for: whoever minted it, as its `key_minted` admin change names them
+    (None for a key minted at the command line without one)."""
+    minted = (
+        AdminChange.objects.filter(
+            project_id=key.project_id, action=AdminChange.Action.KEY_MINTED, target_id=str(key.pk)
+        )
+        .select_related("actor")
+        .first()
+    )
+    return minted.actor if minted is not None else None
+
+
 def projects_for_user(user: User | AnonymousUser) -> QuerySet[Project]:
     if not user.is_authenticated:
         return Project.objects.none()

@@ -1,14 +1,12 @@
 """The page of a project's admin changes, for its admins (and superusers)."""
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from footprint_site.pages import HtmxHttpRequest, signed_in_user, varies_with_htmx, wants_partial
-from tenancy.models import Membership
-from tenancy.selectors import admin_change_list_for_project, project_get_for_user
+from footprint_site.pages import HtmxHttpRequest, project_for_admin, varies_with_htmx, wants_partial
+from tenancy.selectors import admin_change_list_for_project
 
 PER_PAGE = 50
 
@@ -17,12 +15,7 @@ PER_PAGE = 50
 @login_required
 @varies_with_htmx
 def project_changes(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    found = project_get_for_user(user=signed_in_user(request), slug=project_slug)
-    if found is None:
-        raise Http404("No such project.")
-    project, role = found
-    if role != Membership.Role.ADMIN:
-        raise PermissionDenied("Only admins of this project may see its admin changes.")
+    project = project_for_admin(request, project_slug, "Only admins of this project may see its admin changes.")
     cursor = request.GET.get("cursor")
     page = admin_change_list_for_project(project=project, cursor=cursor, limit=PER_PAGE)
     context = {

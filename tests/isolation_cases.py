@@ -38,6 +38,8 @@ from ledger.models import (
     ApproverGroup,
     Ask,
     AuditBundle,
+    DeadlineRule,
+    NotificationChannel,
     Refusal,
     RunHold,
     RunTombstone,
@@ -45,7 +47,7 @@ from ledger.models import (
     StandingApprovalLimits,
 )
 from tenancy.models import AgentKey, Membership, Project
-from tenancy.services import agent_key_create
+from tenancy.services import Actor, agent_key_create
 from tests.conftest import load_fixture, numbered_per_run, person
 
 # One alphanumeric token (so HTML and JSON escaping leave it whole) that only globex's data holds.
@@ -84,6 +86,12 @@ class Target:
     member_id: int
     rule_id: int
     standing_id: int
+    deadline_rule_id: int
+
+    @property
+    def channel(self) -> str:
+        """The name of the project's notification channel (names are unique within a project only)."""
+        return f"ch-{self.project}"
 
     def identifiers(self) -> dict[str, str]:
         return {
@@ -100,6 +108,7 @@ class Target:
             "member_id": str(self.member_id),
             "rule_id": str(self.rule_id),
             "standing_id": str(self.standing_id),
+            "deadline_rule_id": str(self.deadline_rule_id),
         }
 
 
@@ -361,7 +370,12 @@ def _target(project: Project, run_id: str, ask_id: int, ref: str) -> Target:
         .get(),
         rule_id=ApprovalRule.objects.filter(project=project).values_list("pk", flat=True).get(),
         standing_id=StandingApproval.objects.filter(project=project).values_list("pk", flat=True).get(),
+        deadline_rule_id=DeadlineRule.objects.filter(project=project).values_list("pk", flat=True).get(),
     )
+
+
+def _admin_key(project: Project, admin: Any) -> str:
+    return agent_key_create(project=project, scopes=[AgentKey.Scope.ADMIN], actor=Actor.of_user(admin))[1]
 
 
 def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) -> World:
@@ -395,6 +409,9 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
             key=agent_key_create(project=globex, scopes=[s for s in every_scope if s not in ("asks", "decide")])[1]
         ),
         **{who: signed_in(u) for who, u in people.items()},
+        # Admin keys, each acting for its project's admin (their key_minted change names them).
+        "acme admin key": Caller(key=_admin_key(acme, people["outsider"])),
+        "globex admin key": Caller(key=_admin_key(globex, people["admin"])),
     }
 
     acme_ask, acme_ref = _project_data(
@@ -447,6 +464,11 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
         group.members.add(people[grantor])
         ApprovalRule.objects.create(project=project, tool_name="transfer", group=group, quorum=1)
         StandingApprovalLimits.objects.create(project=project, max_minutes=60, allow_any_agent=True)
+        # Who is told: a channel, and a deadline rule for that same tool no run calls.
+        NotificationChannel.objects.create(
+            project=project, name=f"ch-{project.slug}", kind="email", target=f"{group_name}@example.com", secret="s"
+        )
+        DeadlineRule.objects.create(project=project, tool_name="transfer", deadline_minutes=30)
         StandingApproval.objects.create(
             project=project,
             tool_name="transfer",
@@ -466,7 +488,7 @@ def build_world(acme: Project, globex: Project, acme_key: str, globex_key: str) 
         globex=globex,
         acme_target=_target(acme, B_RUN, acme_ask, acme_ref),
         globex_target=_target(globex, GLOBEX_RUN, globex_ask, globex_ref),
-        unknown=Target("no-such-project", "run-no-such-run", far + 1, "art_" + "Z" * 22, *range(far + 2, far + 11)),
+        unknown=Target("no-such-project", "run-no-such-run", far + 1, "art_" + "Z" * 22, *range(far + 2, far + 12)),
         callers=callers,
         acme_run_ids=set(acme.runs.values_list("run_id", flat=True)),
         acme_open_asks=Ask.objects.filter(project=acme, status=Ask.Status.OPEN).count(),

@@ -14,8 +14,10 @@ from aiosmtpd.controller import Controller
 class Mailbox:
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
+        self.peers: set[Any] = set()  # the clients' (address, port): one per connection
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.peers.add(session.peer)
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         self.messages.append(message)  # type: ignore[arg-type]
         return "250 Message accepted for delivery"

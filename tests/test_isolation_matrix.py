@@ -49,7 +49,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from footprint_site.api import api
 from ledger.asks.approver_selectors import ask_arguments
 from ledger.audits.receipts import receipt_signature
-from ledger.models import Ask, RunEvent
+from ledger.models import ApproverGroup, Ask, RunEvent
 from tenancy.models import AgentKey, Membership
 from tenancy.services import agent_key_create, project_get_or_create
 from tests.conftest import DATA, load_fixture
@@ -167,6 +167,7 @@ class ApiCase:
     shows: str | None = None  # what globex's own key must find in the answer
     prepare: Callable[[World], None] | None = None
     rightful: str = "globex"  # the caller that gets `control`
+    acme: str = "acme"  # acme's caller aimed at globex's objects (and at its own)
 
 
 def _globex_posts(path: str, body: bytes, status: int) -> Callable[[World], None]:
@@ -235,6 +236,101 @@ def _not_ours_in_acme(world: World, body: Any) -> str | None:
 def _only_acme_standing(world: World, body: Any) -> str | None:
     shown = orjson.dumps(body).decode()
     return None if MARK not in shown and len(body["standingApprovals"]) == 1 else f"listed {shown[:300]}"
+
+
+def _only_acme_admin(world: World, body: Any) -> str | None:
+    shown = orjson.dumps(body).decode()
+    return None if MARK not in shown else f"globex's listed to acme's admin: {shown[:300]}"
+
+
+def _globex_group_ops(world: World) -> None:
+    """A group only globex has, for a rule to name (acme's admin naming it finds no such group)."""
+    ApproverGroup.objects.create(project=world.globex, name="ops").members.add(
+        *ApproverGroup.objects.get(project=world.globex, name=f"{MARK}treasury").members.all()
+    )
+
+
+def _admin_case(
+    method: str, path: Callable[[Target], str], body: Any, foreign: Any, control: int, **kw: Any
+) -> ApiCase:
+    """An admin operation: a key acting for the project's admin; acme's admin key aimed at globex."""
+    return ApiCase(
+        scope="admin",
+        call=lambda t: json_call(method, path(t), body) if body is not None else Call(method, path(t)),
+        foreign=foreign,
+        control=control,
+        rightful="globex admin key",
+        acme="acme admin key",
+        **kw,
+    )
+
+
+ADMIN_OPERATIONS = {
+    "GET /api/v1/admin/notification-channels": _admin_case(
+        "GET", lambda t: "/api/v1/admin/notification-channels", None, OwnProject(200, _only_acme_admin), 200, shows=MARK
+    ),
+    "PUT /api/v1/admin/notification-channels/{name}": _admin_case(
+        "PUT",
+        lambda t: f"/api/v1/admin/notification-channels/{t.channel}",
+        {"kind": "email", "target": "ops@example.com"},
+        OwnProject(200, _only_acme_admin, writes=True),  # acme's own channel of that name
+        200,
+    ),
+    "DELETE /api/v1/admin/notification-channels/{name}": _admin_case(
+        "DELETE", lambda t: f"/api/v1/admin/notification-channels/{t.channel}", None, SameAsUnknown(404), 204
+    ),
+    "GET /api/v1/admin/deadline-rules": _admin_case(
+        "GET", lambda t: "/api/v1/admin/deadline-rules", None, OwnProject(200, _only_acme_admin), 200
+    ),
+    "POST /api/v1/admin/deadline-rules": _admin_case(
+        "POST",
+        lambda t: "/api/v1/admin/deadline-rules",
+        {"toolName": "transfer_funds", "deadlineMinutes": 30},
+        OwnProject(200, _only_acme_admin, writes=True),
+        200,
+    ),
+    "DELETE /api/v1/admin/deadline-rules/{rule_id}": _admin_case(
+        "DELETE", lambda t: f"/api/v1/admin/deadline-rules/{t.deadline_rule_id}", None, SameAsUnknown(404), 204
+    ),
+    "GET /api/v1/admin/approver-groups": _admin_case(
+        "GET", lambda t: "/api/v1/admin/approver-groups", None, OwnProject(200, _only_acme_admin), 200, shows=MARK
+    ),
+    "POST /api/v1/admin/approver-groups": _admin_case(
+        "POST",
+        lambda t: "/api/v1/admin/approver-groups",
+        {"name": "ops"},
+        OwnProject(201, _only_acme_admin, writes=True),
+        201,
+    ),
+    "POST /api/v1/admin/approver-groups/{group_id}/members": _admin_case(
+        "POST",
+        lambda t: f"/api/v1/admin/approver-groups/{t.group_id}/members",
+        {"username": "globex-admin"},
+        SameAsUnknown(404),
+        200,
+    ),
+    "DELETE /api/v1/admin/approver-groups/{group_id}/members/{user_id}": _admin_case(
+        "DELETE",
+        lambda t: f"/api/v1/admin/approver-groups/{t.group_id}/members/{t.member_id}",
+        None,
+        SameAsUnknown(404),
+        200,
+    ),
+    "GET /api/v1/admin/approval-rules": _admin_case(
+        "GET", lambda t: "/api/v1/admin/approval-rules", None, OwnProject(200, _only_acme_admin), 200, shows=MARK
+    ),
+    "POST /api/v1/admin/approval-rules": _admin_case(
+        "POST",
+        lambda t: "/api/v1/admin/approval-rules",
+        {"toolName": "transfer_funds", "group": "ops"},
+        OwnProject(422),  # acme has no group "ops": a name of globex's is not acme's to use
+        201,
+        prepare=_globex_group_ops,
+    ),
+    "DELETE /api/v1/admin/approval-rules/{rule_id}": _admin_case(
+        "DELETE", lambda t: f"/api/v1/admin/approval-rules/{t.rule_id}", None, SameAsUnknown(404), 204
+    ),
+}
 
 
 MARKED_TRACES = OTLP_TRACES.replace(b"order-desk-svc", f"{MARK}svc".encode())
@@ -411,6 +507,7 @@ if settings.FOOTPRINT_TEST_HOOKS:
         foreign=SameAsUnknown(404),
         control=204,
     )
+API_OPERATIONS.update(ADMIN_OPERATIONS)
 API_OPERATIONS["POST /v1/traces"] = ApiCase(
     scope="ingest",
     call=lambda t: json_call("POST", "/v1/traces", OTLP_TRACES),
@@ -849,7 +946,7 @@ def test_every_page_is_in_the_matrix() -> None:
     assert set(AGENT_ROUTES) <= served, f"AGENT_ROUTES names routes no longer served: {set(AGENT_ROUTES) - served}"
 
     # Every method a page takes is in the table (the views are guarded by @require_GET & co).
-    target = Target("acme", "run-x", 1, "art_" + "x" * 22, *[1] * 9)
+    target = Target("acme", "run-x", 1, "art_" + "x" * 22, *[1] * 10)
     for name in pages:
         methods = {case.method for case in PAGES.values() if case.name == name}
         path = next(case for case in PAGES.values() if case.name == name).call(target).path
@@ -863,14 +960,14 @@ def test_every_page_is_in_the_matrix() -> None:
 
 
 def _ask_as_acme(findings: Findings, world: World, case: ApiCase, call: Call) -> None:
-    """Acme's key (every scope) aimed at globex's objects."""
-    who = "acme's key (every scope)"
-    response = send(world.callers["acme"], call)
+    """Acme's key (every scope; for an admin operation, acme's admin key) aimed at globex's objects."""
+    who = f"{case.acme} (every scope)" if case.acme == "acme" else case.acme
+    response = send(world.callers[case.acme], call)
     expected = case.foreign
     findings.no_leak(who, response, world, call)
     findings.check(response.status_code == expected.status, f"{who}: wanted {expected.status}, got {_show(response)}")
     if isinstance(expected, SameAsUnknown):
-        unknown = send(world.callers["acme"], case.call(world.unknown))
+        unknown = send(world.callers[case.acme], case.call(world.unknown))
         findings.check(
             normalized(response, world.globex_target) == normalized(unknown, world.unknown),
             f"{who}: globex's object is answered unlike one that never existed: {_show(response)} vs {_show(unknown)}",
@@ -903,8 +1000,8 @@ def test_api_operation_isolation(world: World, operation: str) -> None:
 
     own = case.call(world.acme_target)
     if own.method == "GET":  # acme's own objects share tool-call ids and an AF-Scope with globex's
-        who = "acme's key on acme's own object"
-        response = send(world.callers["acme"], own)
+        who = f"{case.acme} on acme's own object"
+        response = send(world.callers[case.acme], own)
         findings.check(response.status_code == case.control, f"{who}: wanted {case.control}, got {_show(response)}")
         findings.no_leak(who, response, world, own)
 

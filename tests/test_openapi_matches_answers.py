@@ -22,7 +22,9 @@ from django.utils import timezone
 from footprint_site.api import api
 from ledger.models import Ask, StandingApproval
 from ledger.schemas import AskIn
-from tests.conftest import DATA, ApiClient, load_fixture
+from tenancy.models import Membership, Project
+from tenancy.services import Actor, agent_key_create
+from tests.conftest import DATA, ApiClient, load_fixture, person
 from tests.ledger.ask_helpers import b_body, plain_body
 
 PREFIX = "/api/v1"
@@ -72,6 +74,8 @@ class Recorder:
             response = self.client.get(path, headers=headers)
         elif method == "delete":
             response = self.client.delete(path, headers=headers)
+        elif method == "put":
+            response = self.client.put(path, orjson.dumps(body), content_type="application/json", headers=headers)
         else:
             raw = body if isinstance(body, bytes) else orjson.dumps(body)
             response = self.client.post(path, raw, content_type="application/json", headers=headers)
@@ -97,8 +101,44 @@ def _standing_approval_of(ask_id: int) -> None:
     )
 
 
+def _admin_answers(project: Project, django_user_model: Any) -> list[tuple[str, str, int, Any]]:
+    """Who is told and who decides, by a key acting for the project's admin."""
+    ada = person(django_user_model, "ada", project, Membership.Role.ADMIN)
+    person(django_user_model, "ann", project, Membership.Role.APPROVER)
+    admin = Recorder(ApiClient(agent_key_create(project=project, scopes=["admin"], actor=Actor.of_user(ada))[1]))
+    call = admin.call
+    channel = {"kind": "email", "target": "oncall@example.com"}
+    call("put", "/admin/notification-channels/{name}", body=channel, status=200, name="on-call")
+    call(
+        "put", "/admin/notification-channels/{name}", body={"kind": "slack", "target": "http://x"}, status=422, name="x"
+    )
+    call("get", "/admin/notification-channels", status=200)
+    steps = [{"afterMinutes": 5, "notify": "on-call"}]
+    rule = {"toolName": "transfer_funds", "deadlineMinutes": 30, "escalation": steps}
+    deadline = call("post", "/admin/deadline-rules", body=rule, status=200)
+    call("get", "/admin/deadline-rules", status=200)
+    call("delete", "/admin/deadline-rules/{rule_id}", status=204, rule_id=deadline["id"])
+    call("delete", "/admin/deadline-rules/{rule_id}", status=404, rule_id=deadline["id"])
+    group = call("post", "/admin/approver-groups", body={"name": "treasury"}, status=201)
+    members = {"group_id": group["id"]}
+    ann = call("post", "/admin/approver-groups/{group_id}/members", body={"username": "ann"}, status=200, **members)
+    call("get", "/admin/approver-groups", status=200)
+    approval = {"toolName": "transfer_funds", "group": "treasury", "quorum": 1, "conditions": "amount > 1000"}
+    created = call("post", "/admin/approval-rules", body=approval, status=201)
+    call("get", "/admin/approval-rules", status=200)
+    call("delete", "/admin/approval-rules/{rule_id}", status=204, rule_id=created["id"])
+    user_id = ann["members"][0]["id"]
+    call("delete", "/admin/approver-groups/{group_id}/members/{user_id}", status=200, user_id=user_id, **members)
+    call("delete", "/admin/notification-channels/{name}", status=204, name="on-call")
+    nobody = Recorder(ApiClient(agent_key_create(project=project, scopes=["admin"])[1]))
+    nobody.call("get", "/admin/approval-rules", status=403)
+    return admin.answers + nobody.answers
+
+
 @pytest.fixture
-def answers(agent_client: ApiClient, integration_client: ApiClient) -> list[tuple[str, str, int, Any]]:
+def answers(
+    agent_client: ApiClient, integration_client: ApiClient, project: Project, django_user_model: Any
+) -> list[tuple[str, str, int, Any]]:
     agent = Recorder(agent_client)
     call = agent.call
 
@@ -150,7 +190,7 @@ def answers(agent_client: ApiClient, integration_client: ApiClient) -> list[tupl
     call("post", "/wants:resolve", body=resolve | {"wants": {"d": "dataset/rows"}}, status=200)
     call("delete", "/artifacts/{ref}", status=204, ref=ref)
     call("get", "/artifacts/{ref}", status=404, ref=ref)
-    return agent.answers + integration.answers
+    return agent.answers + integration.answers + _admin_answers(project, django_user_model)
 
 
 def test_every_answer_is_valid_against_its_documented_schema(document, answers):

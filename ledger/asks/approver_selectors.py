@@ -33,7 +33,10 @@ def ask_arguments(ask: Ask) -> Any:
     else the call's as the model sent them (None when none of these is known yet)."""
     if ask.check_in and isinstance(ask.check_in.get("args"), dict):
         return ask.check_in["args"]
-    checkpoint = Ask.objects.filter(pk=ask.pk).values_list("checkpoint", flat=True).first() if ask.pk else None
+    if "checkpoint" not in ask.get_deferred_fields():  # an ask just opened holds it already
+        checkpoint = ask.checkpoint
+    else:
+        checkpoint = Ask.objects.filter(pk=ask.pk).values_list("checkpoint", flat=True).first()
     if checkpoint is not None:
         # A checkpoint is opaque to the server (the framework's own fixtures carry a string): read
         # the paused args only from the shape that has them.
@@ -90,21 +93,38 @@ def person_minted_asking_key(*, user: AbstractBaseUser | AnonymousUser, ask: Ask
 @dataclass(frozen=True)
 class QuorumState:
     rule: ApprovalRule
-    approvals: list[QuorumApproval]
+    approvals: list[QuorumApproval]  # by people still in the rule's group: these count
+    lapsed: list[QuorumApproval]  # by people taken out of the group since: these no longer count
+    members: int
 
     @property
     def remaining(self) -> int:
         return max(0, self.rule.quorum - len(self.approvals))
 
+    @property
+    def unfulfillable(self) -> bool:
+        """Fewer people are left in the group than could ever meet the quorum."""
+        return self.members < self.rule.quorum
+
+
+def quorum_approvals_counted(*, ask_id: int, group: ApproverGroup) -> list[QuorumApproval]:
+    """The approvals that count toward an ask's quorum, oldest first: those of people still in the
+    rule's group. One taken out of the group before the quorum was met no longer counts."""
+    return list(QuorumApproval.objects.filter(ask_id=ask_id, user__approver_groups=group).order_by("at", "pk"))
+
 
 def quorum_state(*, ask: Ask) -> QuorumState | None:
-    """The rule the ask needs a quorum of, and the approvals recorded toward it; None when no rule
-    asks for more than one person."""
+    """The rule the ask needs a quorum of, the approvals that count toward it and those that lapsed
+    (their author left the group), and whether the group can still meet it; None when no rule asks
+    for more than one person."""
     rule = approval_rule_for_ask(ask=ask)
-    approvals = list(ask.quorum_approvals.order_by("at", "pk")) if ask.pk else []
-    if rule is None or (rule.quorum < 2 and not approvals):
+    recorded = list(ask.quorum_approvals.order_by("at", "pk")) if ask.pk else []
+    if rule is None or (rule.quorum < 2 and not recorded):
         return None
-    return QuorumState(rule, approvals)
+    member_ids = set(rule.group.members.values_list("pk", flat=True))
+    counted = [a for a in recorded if a.user_id in member_ids]
+    lapsed = [a for a in recorded if a.user_id not in member_ids]
+    return QuorumState(rule, counted, lapsed, len(member_ids))
 
 
 def standing_approval_covering(*, ask: Ask) -> StandingApproval | None:
@@ -183,7 +203,14 @@ def approver_group_list(*, project: Project) -> QuerySet[ApproverGroup]:
 
 
 def approval_rule_list(*, project: Project) -> QuerySet[ApprovalRule]:
-    return ApprovalRule.objects.filter(project=project).select_related("group").order_by("tool_name", "pk")
+    """The project's rules by tool, each with its group's size (`members`): a rule whose group is
+    smaller than its quorum can never be met, and the page says so."""
+    return (
+        ApprovalRule.objects.filter(project=project)
+        .select_related("group")
+        .annotate(members=Count("group__members", distinct=True))
+        .order_by("tool_name", "pk")
+    )
 
 
 def project_tool_names(*, project: Project) -> set[str]:

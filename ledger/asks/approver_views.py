@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from footprint_site.login_redirects import login_required_returning_to
-from footprint_site.pages import HtmxHttpRequest, signed_in_user
+from footprint_site.pages import HtmxHttpRequest, project_for_admin, project_for_role, signed_in_user
 from ledger.asks import approver_selectors, approvers, standing
 from ledger.asks import selectors as ask_selectors
 from ledger.asks import views as ask_views
@@ -25,22 +25,11 @@ from ledger.forms import (
 )
 from ledger.models import ApprovalRule, ApproverGroup, StandingApproval
 from tenancy.models import Membership, Project
-from tenancy.selectors import project_get_for_user
 from tenancy.services import Actor
 
 DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
 ADMIN_ONLY = "Only admins of this project may change who decides its asks."
 DECIDERS_ONLY = "Only approvers and admins of this project may see and change its standing approvals."
-
-
-def _project(request: HtmxHttpRequest, slug: str, roles: tuple[str, ...], refusal: str) -> Project:
-    found = project_get_for_user(user=signed_in_user(request), slug=slug)
-    if found is None:
-        raise Http404("No such project.")
-    project, role = found
-    if role not in roles:
-        raise PermissionDenied(refusal)
-    return project
 
 
 def _actor(request: HtmxHttpRequest) -> Actor:
@@ -71,7 +60,7 @@ def _approvers_page(
 @require_GET
 @login_required
 def approvers_page(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    return _approvers_page(request, _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY))
+    return _approvers_page(request, project_for_admin(request, project_slug, ADMIN_ONLY))
 
 
 def _form_problem(form: Any) -> str:
@@ -85,7 +74,7 @@ def _form_problem(form: Any) -> str:
 @require_POST
 @login_required_returning_to("asks:approvers", "project_slug")
 def approver_group_create(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    project = _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY)
+    project = project_for_admin(request, project_slug, ADMIN_ONLY)
     form = ApproverGroupForm(request.POST)
     try:
         if not form.is_valid():
@@ -106,7 +95,7 @@ def _group(project: Project, group_id: int) -> ApproverGroup:
 @require_POST
 @login_required_returning_to("asks:approvers", "project_slug")
 def approver_member_add(request: HtmxHttpRequest, project_slug: str, group_id: int) -> HttpResponse:
-    project = _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY)
+    project = project_for_admin(request, project_slug, ADMIN_ONLY)
     group = _group(project, group_id)
     form = ApproverMemberForm(request.POST)
     try:
@@ -121,7 +110,7 @@ def approver_member_add(request: HtmxHttpRequest, project_slug: str, group_id: i
 @require_POST
 @login_required_returning_to("asks:approvers", "project_slug")
 def approver_member_remove(request: HtmxHttpRequest, project_slug: str, group_id: int, user_id: int) -> HttpResponse:
-    project = _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY)
+    project = project_for_admin(request, project_slug, ADMIN_ONLY)
     group = _group(project, group_id)
     if not group.members.filter(pk=user_id).exists():
         raise Http404("No such member of this group.")
@@ -132,7 +121,7 @@ def approver_member_remove(request: HtmxHttpRequest, project_slug: str, group_id
 @require_POST
 @login_required_returning_to("asks:approvers", "project_slug")
 def approval_rule_create(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    project = _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY)
+    project = project_for_admin(request, project_slug, ADMIN_ONLY)
     form = ApprovalRuleForm(request.POST)
     try:
         if not form.is_valid():
@@ -154,7 +143,7 @@ def approval_rule_create(request: HtmxHttpRequest, project_slug: str) -> HttpRes
 @require_POST
 @login_required_returning_to("asks:approvers", "project_slug")
 def approval_rule_remove(request: HtmxHttpRequest, project_slug: str, rule_id: int) -> HttpResponse:
-    project = _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY)
+    project = project_for_admin(request, project_slug, ADMIN_ONLY)
     rule = ApprovalRule.objects.filter(project=project, pk=rule_id).select_related("group", "project").first()
     if rule is None:
         raise Http404("No such approval rule in this project.")
@@ -165,7 +154,7 @@ def approval_rule_remove(request: HtmxHttpRequest, project_slug: str, rule_id: i
 @require_POST
 @login_required_returning_to("asks:approvers", "project_slug")
 def standing_limits(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    project = _project(request, project_slug, (Membership.Role.ADMIN,), ADMIN_ONLY)
+    project = project_for_admin(request, project_slug, ADMIN_ONLY)
     form = StandingLimitsForm(request.POST)
     try:
         if not form.is_valid():
@@ -196,13 +185,13 @@ def _standing_page(request: HtmxHttpRequest, project: Project, problem: str | No
 @require_GET
 @login_required
 def standing_approvals(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    return _standing_page(request, _project(request, project_slug, DECIDERS, DECIDERS_ONLY))
+    return _standing_page(request, project_for_role(request, project_slug, DECIDERS, DECIDERS_ONLY))
 
 
 @require_POST
 @login_required_returning_to("asks:standing-approvals", "project_slug")
 def standing_revoke(request: HtmxHttpRequest, project_slug: str, standing_id: int) -> HttpResponse:
-    project = _project(request, project_slug, DECIDERS, DECIDERS_ONLY)
+    project = project_for_role(request, project_slug, DECIDERS, DECIDERS_ONLY)
     found = StandingApproval.objects.filter(project=project, pk=standing_id).select_related("source_ask").first()
     if found is None:
         raise Http404("No such standing approval in this project.")

@@ -17,6 +17,7 @@ from ledger.asks.approver_selectors import (
     group_has_member,
     person_minted_asking_key,
     project_tool_names,
+    quorum_approvals_counted,
 )
 from ledger.exceptions import ApproverRuleInvalid, AskInvalid, AskNotPermitted, AskOwnDecision
 from ledger.models import ApprovalRule, ApproverGroup, Ask, QuorumApproval, StandingApprovalLimits
@@ -84,7 +85,10 @@ def approver_group_member_add(*, group: ApproverGroup, username: str, actor: Act
 
 @transaction.atomic
 def approver_group_member_remove(*, group: ApproverGroup, user_id: int, actor: Actor = UNNAMED) -> None:
-    """Take a person out of a group; one not in it is a quiet no-op that writes nothing."""
+    """Take a person out of a group; one not in it is a quiet no-op that writes nothing. Their
+    approvals toward quorums not yet met no longer count (`quorum_approval_add` reads the group
+    under the same row lock, so a quorum is never completed by someone removed meanwhile)."""
+    ApproverGroup.objects.select_for_update().filter(pk=group.pk).first()
     member = group.members.filter(pk=user_id).first()
     if member is None:
         return
@@ -234,6 +238,7 @@ def quorum_approval_add(
     says why). A person who already approved is refused: one person fills one place."""
     if not Ask.objects.filter(in_time, pk=ask_id, status=Ask.Status.OPEN).exists():
         return None
+    ApproverGroup.objects.select_for_update().filter(pk=rule.group_id).first()  # its members stay put meanwhile
     try:
         with transaction.atomic():
             QuorumApproval.objects.create(ask_id=ask_id, rule=rule, user=user, by_label=by_label, note=note)
@@ -242,7 +247,9 @@ def quorum_approval_add(
             f"You already approved this; it needs {rule.quorum} different people of group {rule.group.name}, "
             "and one person fills one place."
         ) from None
-    return list(QuorumApproval.objects.filter(ask_id=ask_id).order_by("at", "pk"))
+    # Only the approvals of people still in the group count: one taken out before the quorum was
+    # met no longer stands for the group.
+    return quorum_approvals_counted(ask_id=ask_id, group=rule.group)
 
 
 def quorum_record(approvals: list[QuorumApproval]) -> list[dict[str, Any]]:

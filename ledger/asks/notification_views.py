@@ -4,32 +4,20 @@ person's own notification settings."""
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from footprint_site.pages import HtmxHttpRequest, signed_in_user
+from footprint_site.pages import HtmxHttpRequest, project_for_admin, signed_in_user
 from ledger.asks import deadline_rules, notification_selectors, notifications
 from ledger.asks.deadline_rules import DeadlineRuleInvalid
 from ledger.asks.notifications import NotificationInvalid
 from ledger.forms import DeadlineRuleForm, NotificationChannelForm
-from tenancy.models import Membership, Project
-from tenancy.selectors import project_get_for_user
+from tenancy.models import Project
 from tenancy.services import Actor
 
 CHOICES = ("on_new_ask", "on_deadline", "on_escalation")
 ONLY_ADMINS = "Only admins of this project may change its notification channels and deadline rules."
-
-
-def _project_for_admin(request: HtmxHttpRequest, slug: str) -> Project:
-    found = project_get_for_user(user=signed_in_user(request), slug=slug)
-    if found is None:
-        raise Http404("No such project.")
-    project, role = found
-    if role != Membership.Role.ADMIN:
-        raise PermissionDenied(ONLY_ADMINS)
-    return project
 
 
 def _page(
@@ -56,7 +44,7 @@ def _page(
 @login_required
 def project_notifications(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
     """GET: the channels (a failing one says so) and rules. POST (`action`): set or delete one."""
-    project = _project_for_admin(request, project_slug)
+    project = project_for_admin(request, project_slug, ONLY_ADMINS)
     if request.method == "GET":
         return _page(request, project)
     action = request.POST.get("action")

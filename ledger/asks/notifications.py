@@ -13,6 +13,7 @@ arguments unless the channel's admin allowed them. Sending happens in the worker
 decision is made, so a slow receiver delays nobody's decision.
 """
 
+import functools
 import logging
 import re
 import secrets
@@ -56,7 +57,10 @@ from tenancy.services import UNNAMED, Actor, admin_change_record
 logger = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 10
-LEASE_SECONDS = TIMEOUT_SECONDS + 5
+# A batch's lease: long enough for many messages, and a batch stops sending TIMEOUT_SECONDS before
+# it ends, so no attempt outlives it. A worker killed mid-batch delays its messages by this much.
+LEASE_SECONDS = 30
+BATCH = 10
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}")
 MAX_ADDRESSES = 20
 # People told of a project's asks are the ones who may decide them.
@@ -266,61 +270,174 @@ def _sendable(now: datetime) -> QuerySet[WebhookDelivery]:
 
 def notification_deliver(*, delivery_id: int) -> bool:
     """Make one attempt at a message if it is due (not delivered, past its backoff, under the cap,
-    not in flight); a no-op otherwise. The attempt is claimed and logged (committed) before it is
-    sent, and whatever it ends in is recorded on it. True when the message was delivered."""
-    now = timezone.now()
-    with transaction.atomic():
-        claimed = (
-            _sendable(now)
-            .filter(pk=delivery_id)
-            .update(lease_until=now + timedelta(seconds=LEASE_SECONDS), attempts=F("attempts") + 1)
-        )
-        if not claimed:
-            return False
-        delivery = WebhookDelivery.objects.select_related("ask__project", "channel", "recipient").get(pk=delivery_id)
-        attempt = WebhookAttempt.objects.create(delivery=delivery, url=delivery.url, error=NO_ANSWER)
-    started = time.monotonic()
-    try:
-        status_code, error = _send(delivery)
-    except Exception as exc:
-        logger.exception("notification %s: the attempt failed before it got an answer", delivery_id)
-        status_code, error = None, f"{type(exc).__name__} in the server before an answer (see its log)"
-    delivered = not error
-    WebhookAttempt.objects.filter(pk=attempt.pk).update(
-        status_code=status_code, error=error, duration_ms=int((time.monotonic() - started) * 1000)
-    )
-    done = timezone.now()
-    mine = WebhookDelivery.objects.filter(pk=delivery.pk).exclude(status=WebhookDelivery.Status.DELIVERED)
-    if delivered:
-        mine.update(status=WebhookDelivery.Status.DELIVERED, delivered_at=done, lease_until=None)
-    else:
-        mine.filter(attempts=delivery.attempts).update(
-            status=WebhookDelivery.Status.FAILED,
-            next_attempt_at=done + outbox_backoff(delivery.attempts),
-            lease_until=None,
-        )
-        logger.log(
-            logging.ERROR if delivery.attempts >= MAX_ATTEMPTS else logging.WARNING,
-            "notification %s to %s, attempt %s of %s: %s",
-            delivery_id,
-            delivery.url,
-            delivery.attempts,
-            MAX_ATTEMPTS,
-            error,
-        )
-    return delivered
+    not in flight); a no-op otherwise. True when the message was delivered."""
+    return _deliver_batch(_sendable(timezone.now()).filter(pk=delivery_id), limit=1) == 1
 
 
 def notifications_send_for_ask(*, ask_id: int) -> int:
     """The fast path: attempt every due message about one ask. Returns how many were delivered."""
-    due = _sendable(timezone.now()).filter(ask_id=ask_id).values_list("pk", flat=True)
-    return sum(notification_deliver(delivery_id=pk) for pk in list(due))
+    return _deliver_batch(_sendable(timezone.now()).filter(ask_id=ask_id), limit=BATCH)
 
 
 def notifications_send_due(*, limit: int = 200) -> int:
-    """The outbox sweep for messages: attempt every one that is due. Returns how many were delivered."""
-    due = list(_sendable(timezone.now()).order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
-    return sum(notification_deliver(delivery_id=pk) for pk in due)
+    """The outbox sweep for messages: attempt up to `limit` due ones, a batch at a time. Returns
+    how many were delivered. After a full batch (more may be due) it rests so that it sends no
+    more than FOOTPRINT_NOTIFICATIONS_PER_SECOND: a backlog drains at a steady pace instead of
+    taking a core from ingestion for as long as it lasts."""
+    per_second = settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND
+    delivered = 0
+    while limit > 0:
+        started = time.monotonic()
+        batch = min(limit, BATCH)
+        claimed, delivered_now = _deliver_batch_counted(_sendable(timezone.now()), limit=batch)
+        delivered += delivered_now
+        if claimed < batch:
+            break
+        limit -= claimed
+        if per_second > 0:
+            time.sleep(max(0.0, claimed / per_second - (time.monotonic() - started)))
+    return delivered
+
+
+def _deliver_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> int:
+    return _deliver_batch_counted(due, limit=limit)[1]
+
+
+def _deliver_batch_counted(due: QuerySet[WebhookDelivery], *, limit: int) -> tuple[int, int]:
+    """Claim up to `limit` due messages, send them, record how each attempt ended: (claimed,
+    delivered).
+
+    Ingestion shares the database, so the outbox touches it in three short transactions a batch
+    rather than three a message: the claim (rows another sweep holds are skipped, not waited
+    for; each attempt is counted and logged before anything is sent, so a worker killed
+    mid-batch leaves its trace and the lease lets the rows be claimed again), the sending with
+    no transaction open (the batch's emails over one SMTP connection), and the outcomes.
+    Messages the batch could not reach before its lease would run out are handed back
+    untouched: not sent, not counted as an attempt."""
+    claimed = _claim_batch(due, limit=limit)
+    if not claimed:
+        return 0, 0
+    outcomes = _send_batch(claimed)
+    _record_batch(claimed, outcomes)
+    return len(claimed), sum(1 for outcome in outcomes.values() if outcome is not None and not outcome[1])
+
+
+@dataclass
+class _Claimed:
+    delivery: WebhookDelivery
+    attempt: WebhookAttempt
+    duration_ms: int = 0
+
+
+def _claim_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> list[_Claimed]:
+    now = timezone.now()
+    with transaction.atomic():
+        # SKIP LOCKED: two sweeps (or a sweep and a fast path) split the due rows instead of
+        # queueing on each other's locks. `_sendable` reads only the delivery's own columns, so
+        # the lock is on those rows alone.
+        ids = list(
+            due.order_by("next_attempt_at", "pk")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not ids:
+            return []
+        WebhookDelivery.objects.filter(pk__in=ids).update(
+            lease_until=now + timedelta(seconds=LEASE_SECONDS), attempts=F("attempts") + 1
+        )
+        deliveries = list(
+            WebhookDelivery.objects.filter(pk__in=ids)
+            .select_related("ask__project", "channel", "recipient")
+            .order_by("pk")
+        )
+        attempts = WebhookAttempt.objects.bulk_create(
+            [WebhookAttempt(delivery=delivery, url=delivery.url, error=NO_ANSWER) for delivery in deliveries]
+        )
+    return [_Claimed(delivery, attempt) for delivery, attempt in zip(deliveries, attempts, strict=True)]
+
+
+# An outcome: (status code, error) of an attempt made; None for a message left unsent.
+_Outcome = tuple[int | None, str] | None
+
+
+def _send_batch(claimed: list[_Claimed]) -> dict[int, _Outcome]:
+    """Send each claimed message once, emails over one SMTP connection. Stops before the batch's
+    lease could run out (each send may take up to TIMEOUT_SECONDS): the rest are left unsent."""
+    outcomes: dict[int, _Outcome] = {}
+    mail = _MailConnection()
+    agents = _agents_of([item.delivery.ask for item in claimed])
+    budget_ends = time.monotonic() + LEASE_SECONDS - TIMEOUT_SECONDS
+    try:
+        for item in claimed:
+            delivery = item.delivery
+            if time.monotonic() >= budget_ends:
+                outcomes[delivery.pk] = None
+                continue
+            started = time.monotonic()
+            try:
+                outcomes[delivery.pk] = _send(delivery, mail, agents)
+            except Exception as exc:
+                logger.exception("notification %s: the attempt failed before it got an answer", delivery.pk)
+                outcomes[delivery.pk] = (None, f"{type(exc).__name__} in the server before an answer (see its log)")
+            item.duration_ms = int((time.monotonic() - started) * 1000)
+    finally:
+        mail.close()
+    return outcomes
+
+
+def _agents_of(asks: list[Ask]) -> dict[tuple[int, str], str | None]:
+    """The agents of the asks' runs, read in one query for the batch (each message names its agent)."""
+    agents: dict[tuple[int, str], str | None] = dict.fromkeys(((ask.project_id, ask.run_id) for ask in asks), None)
+    runs = Run.objects.filter(
+        project_id__in={project for project, _ in agents}, run_id__in={run for _, run in agents}
+    ).values_list("project_id", "run_id", "agent_id")
+    for project_id, run_id, agent_id in runs:
+        if (project_id, run_id) in agents:
+            agents[(project_id, run_id)] = agent_id
+    return agents
+
+
+def _record_batch(claimed: list[_Claimed], outcomes: dict[int, _Outcome]) -> None:
+    """Each attempt's end on its log row, and each message's state: delivered, failed (next attempt
+    after its backoff, unless a later attempt holds it), or handed back unsent."""
+    done = timezone.now()
+    made = [item for item in claimed if outcomes[item.delivery.pk] is not None]
+    unsent = [item for item in claimed if outcomes[item.delivery.pk] is None]
+    for item in made:
+        item.attempt.status_code, item.attempt.error = outcomes[item.delivery.pk]  # type: ignore[misc]
+        item.attempt.duration_ms = item.duration_ms
+    delivered = [item.delivery.pk for item in made if not item.attempt.error]
+    failed = [item for item in made if item.attempt.error]
+    with transaction.atomic():
+        WebhookAttempt.objects.bulk_update([item.attempt for item in made], ["status_code", "error", "duration_ms"])
+        undelivered = WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.DELIVERED)
+        if delivered:
+            undelivered.filter(pk__in=delivered).update(
+                status=WebhookDelivery.Status.DELIVERED, delivered_at=done, lease_until=None
+            )
+        by_attempts: dict[int, list[int]] = {}
+        for item in failed:
+            by_attempts.setdefault(item.delivery.attempts, []).append(item.delivery.pk)
+        for attempts, ids in by_attempts.items():
+            undelivered.filter(pk__in=ids, attempts=attempts).update(
+                status=WebhookDelivery.Status.FAILED, next_attempt_at=done + outbox_backoff(attempts), lease_until=None
+            )
+        if unsent:
+            for item in unsent:
+                undelivered.filter(pk=item.delivery.pk, attempts=item.delivery.attempts).update(
+                    attempts=F("attempts") - 1, lease_until=None
+                )
+            WebhookAttempt.objects.filter(pk__in=[item.attempt.pk for item in unsent]).delete()
+    for item in failed:
+        logger.log(
+            logging.ERROR if item.delivery.attempts >= MAX_ATTEMPTS else logging.WARNING,
+            "notification %s to %s, attempt %s of %s: %s",
+            item.delivery.pk,
+            item.delivery.url,
+            item.delivery.attempts,
+            MAX_ATTEMPTS,
+            item.attempt.error,
+        )
 
 
 # --- the message ---------------------------------------------------------------------------
@@ -340,13 +457,34 @@ _HEADLINE: dict[str, str] = {
 }
 
 
-def message_of(delivery: WebhookDelivery) -> Message:
+@functools.cache
+def _ask_path_around() -> tuple[str, str]:
+    marker = "987654321"
+    before, after = reverse("asks:ask-detail", args=[int(marker)]).split(marker)
+    return before, after
+
+
+def ask_path(ask_id: int) -> str:
+    """The ask page's path. Reversed once per process: a batch's messages each link to one, and
+    `reverse` took more of a message's time than anything else but the SMTP round trip."""
+    before, after = _ask_path_around()
+    return f"{before}{ask_id}{after}"
+
+
+def message_of(delivery: WebhookDelivery, agents: dict[tuple[int, str], str | None] | None = None) -> Message:
     """What a message says: project, agent, tool, question, deadline and the ask page's link;
-    the call's arguments only for a channel that allows them."""
+    the call's arguments only for a channel that allows them. `agents` keeps the runs' agents
+    a batch has read already (an ask's messages share one)."""
     ask = delivery.ask
     project = ask.project
-    agent = Run.objects.filter(project=project, run_id=ask.run_id).values_list("agent_id", flat=True).first()
-    link = settings.FOOTPRINT_PUBLIC_URL.rstrip("/") + reverse("asks:ask-detail", args=[ask.pk])
+    agents = {} if agents is None else agents
+    run_key = (project.pk, ask.run_id)
+    if run_key not in agents:
+        agents[run_key] = (
+            Run.objects.filter(project=project, run_id=ask.run_id).values_list("agent_id", flat=True).first()
+        )
+    agent = agents[run_key]
+    link = settings.FOOTPRINT_PUBLIC_URL.rstrip("/") + ask_path(ask.pk)
     tool = ask.tool_name or ask.middleware or "(no tool named)"
     question = ask.question or "(no question given)"
     subject = f"[{project.slug}] {ask.get_kind_display()} on {tool} {_HEADLINE[delivery.event]}"
@@ -386,19 +524,21 @@ def message_of(delivery: WebhookDelivery) -> Message:
     return Message(subject=subject, text="\n".join(lines), fields=fields)
 
 
-def _send(delivery: WebhookDelivery) -> tuple[int | None, str]:
+def _send(
+    delivery: WebhookDelivery, mail: "_MailConnection", agents: dict[tuple[int, str], str | None]
+) -> tuple[int | None, str]:
     """Send the message once: the receiver's status code (if any) and what went wrong ("" for
     nothing). A channel deleted since is gone with its rows; a channel turned off is an error."""
     channel = delivery.channel
     if channel is not None and not channel.active:
         return None, "the channel is turned off"
-    message = message_of(delivery)
+    message = message_of(delivery, agents)
     if channel is None or channel.kind == NotificationChannel.Kind.EMAIL:
         if channel is not None:
             to = [part.strip() for part in channel.target.split(",")]
         else:
             to = [delivery.url.removeprefix("mailto:")]
-        return _send_email(message, to)
+        return mail.send(message, to)
     if channel.kind == NotificationChannel.Kind.SLACK:
         body = orjson.dumps({"text": message.subject + "\n" + message.text})
     else:
@@ -406,21 +546,42 @@ def _send(delivery: WebhookDelivery) -> tuple[int | None, str]:
     return _post(delivery, channel, body)
 
 
-def _send_email(message: Message, to: list[str]) -> tuple[int | None, str]:
-    email = EmailMessage(
-        subject=message.subject,
-        body=message.text,
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        to=to,
-        connection=get_connection(timeout=TIMEOUT_SECONDS),
-    )
-    try:
-        email.send()
-    except smtplib.SMTPResponseException as exc:
-        return exc.smtp_code, f"SMTP {exc.smtp_code}"
-    except (TimeoutError, smtplib.SMTPException, OSError) as exc:
-        return None, f"{type(exc).__name__} from the mail server"
-    return None, ""
+class _MailConnection:
+    """One SMTP connection for a batch's emails (Django's email backend, opened at the first email):
+    one connect, greeting and login for the batch instead of one per message. After an error the
+    connection is dropped and the next email opens a new one; when the server cannot be reached,
+    the rest of the batch's emails fail with the same error at once instead of each waiting out
+    its own timeout."""
+
+    def __init__(self) -> None:
+        self._backend: Any = None
+        self._unreachable: str | None = None
+
+    def send(self, message: Message, to: list[str]) -> tuple[int | None, str]:
+        if self._unreachable is not None:
+            return None, self._unreachable
+        email = EmailMessage(subject=message.subject, body=message.text, from_email=settings.DEFAULT_FROM_EMAIL, to=to)
+        try:
+            if self._backend is None:
+                backend = get_connection(timeout=TIMEOUT_SECONDS)
+                backend.open()
+                self._backend = backend
+            self._backend.send_messages([email])
+        except smtplib.SMTPResponseException as exc:
+            self.close()
+            return exc.smtp_code, f"SMTP {exc.smtp_code}"
+        except (TimeoutError, smtplib.SMTPException, OSError) as exc:
+            error = f"{type(exc).__name__} from the mail server"
+            if self._backend is None:  # it could not be opened: nor will it for the next email
+                self._unreachable = error
+            self.close()
+            return None, error
+        return None, ""
+
+    def close(self) -> None:
+        if self._backend is not None:
+            backend, self._backend = self._backend, None
+            backend.close()  # Django's SMTP backend closes quietly when the server has gone
 
 
 def _post(delivery: WebhookDelivery, channel: NotificationChannel, body: bytes) -> tuple[int | None, str]:

@@ -259,8 +259,10 @@ def ask_open(
         pass
     else:
         _supersede_in_session(ask)
-        if _close_if_reported_already(ask) or _decide_if_standing(ask):
+        if _close_if_reported_already(ask):
             ask.refresh_from_db()
+        else:
+            ask = _decide_if_standing(ask) or ask
         deadline_rules.ask_opened(ask)
         return ask, True
     ask = Ask.objects.select_for_update().get(project=project, run_id=run_id, tool_call_id=data["toolCallId"])
@@ -549,7 +551,7 @@ def _open_reported(
             existing = Ask.objects.get(project=project, run_id=run_id, tool_call_id=pause_data["toolCallId"])
         else:
             _supersede_in_session(opened)
-            if not _close_if_reported_already(opened) and not _decide_if_standing(opened):
+            if not _close_if_reported_already(opened) and _decide_if_standing(opened) is None:
                 deadline_rules.ask_opened(opened)
             return
     _bar_from_deciding(existing, key)
@@ -816,14 +818,16 @@ def _deadline_decision(ask: Ask) -> dict[str, Any]:
     }
 
 
-def _decide_if_standing(ask: Ask) -> bool:
-    """Decide a newly opened ask at once when a standing approval in force covers it (the decision
-    names it). Whether it did."""
+def _decide_if_standing(ask: Ask) -> Ask | None:
+    """Decide a newly opened ask at once, in the transaction that opens it, when a standing
+    approval in force covers it (the decision names it): the agent's POST answers with the
+    decision, and no worker, NOTIFY or poll stands between. The decided ask, or None."""
     standing = standing_approval_covering(ask=ask)
     if standing is None:
-        return False
-    ask_decide(
+        return None
+    return ask_decide(
         ask_id=ask.pk,
+        opened=ask,
         approved=True,
         via=Ask.Via.STANDING,
         by_label=standing.granted_by_label,
@@ -831,7 +835,6 @@ def _decide_if_standing(ask: Ask) -> bool:
         note=f"standing approval {standing.pk}, until {standing.expires_at:%Y-%m-%d %H:%M:%S} UTC",
         standing=standing,
     )
-    return True
 
 
 def ask_decide(
@@ -845,6 +848,7 @@ def ask_decide(
     note: str | None = None,
     value: Any = NO_VALUE,
     standing: StandingApproval | None = None,
+    opened: Ask | None = None,
 ) -> Ask:
     """Record the one decision of an ask.
 
@@ -864,8 +868,12 @@ def ask_decide(
     quorum of several people is recorded, and the ask returned still open, until the last one
     completes it; that approval's decision names them all. `standing` is the standing approval
     this decision grants (from the ask's page) or applies (via STANDING), chained with it.
+    `opened` is the ask as the transaction that opened it holds it (not read again).
     """
-    target = Ask.objects.select_related("project").filter(pk=ask_id).first()
+    if opened is not None and opened.pk == ask_id:
+        target: Ask | None = opened
+    else:
+        target = Ask.objects.select_related("project").filter(pk=ask_id).first()
     if target is None:
         raise AskNotFound("No such ask.")
     if target.status == Ask.Status.SUPERSEDED:  # refused before the run's lock, which would create its run
@@ -953,7 +961,8 @@ def _decision_record(
     )
     if claimed != 1:
         return None
-    ask = Ask.objects.select_related("project").get(pk=ask_id)
+    # The project's webhook with it: one read for the chained payload and the outbox row.
+    ask = Ask.objects.select_related("project", "project__webhook").get(pk=ask_id)
     payload: dict[str, Any] = {
         "askId": ask.pk,
         "kind": ask.kind,

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from footprint_site.login_redirects import login_required_returning_to
-from footprint_site.pages import HtmxHttpRequest, signed_in_user, wants_partial
+from footprint_site.pages import HtmxHttpRequest, project_for_admin, signed_in_user, wants_partial
 from ledger.forms import ArchiveUploadForm, RunHoldForm, RunRetentionForm
 from ledger.retention import archive, selectors, services
 from tenancy.models import Membership, Project
@@ -17,6 +17,7 @@ from tenancy.selectors import project_get_for_user
 from tenancy.services import Actor
 
 HOLDERS = (Membership.Role.AUDITOR, Membership.Role.ADMIN)
+ADMINS_ONLY = "Only admins of this project may change how long its runs are kept."
 
 
 def _project(request: HtmxHttpRequest, slug: str) -> tuple[Project, str]:
@@ -117,9 +118,9 @@ def _hold_panel(request: HtmxHttpRequest, project: Project, run_id: str, problem
 @require_http_methods(["GET", "POST"])
 @login_required
 def run_retention_edit(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    project, role = _project(request, project_slug)
-    if role != Membership.Role.ADMIN:
-        raise PermissionDenied("Only admins of this project may change how long its runs are kept.")
+    project = project_for_admin(
+        request, project_slug, "Only admins of this project may change how long its runs are kept."
+    )
     initial = {"keep_days": selectors.run_retention_days(project=project)}
     form = RunRetentionForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():

@@ -101,9 +101,16 @@ def test_create_agent_key_each_call_mints_a_new_key() -> None:
 
 
 def test_create_agent_key_rejects_unknown_scope() -> None:
-    with pytest.raises(CommandError, match="invalid choice: 'admin'"):
+    with pytest.raises(CommandError, match="invalid choice: 'superuser'"):
+        _call("create_agent_key", "--project", "p", "--scopes", "ingest", "superuser")
+    assert not AgentKey.objects.exists()
+
+
+def test_create_agent_key_refuses_an_admin_key_that_names_no_admin() -> None:
+    with pytest.raises(CommandError, match="name them with --person"):
         _call("create_agent_key", "--project", "p", "--scopes", "ingest", "admin")
     assert not AgentKey.objects.exists()
+    assert not Project.objects.filter(slug="p").exists()
 
 
 def test_create_agent_key_requires_project() -> None:

@@ -214,3 +214,50 @@ def test_opening_an_ask_queues_its_messages_first_attempt_after_the_commit(
         )
     assert sent == [("ledger.tasks.notifications_send_for_ask", (ask.pk,))]
     assert _notifications(ask.pk).get().status == WebhookDelivery.Status.PENDING
+
+
+def test_a_sweep_sends_its_batch_over_one_mail_connection_and_records_every_attempt(
+    project: Project, agent_client: ApiClient, smtp: Any
+) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    asks = [open_ask(agent_client, plain_body(f"q{n}", f"run-q{n}"))["id"] for n in range(5)]
+    assert notifications.notifications_send_due() == 5
+    assert len(smtp.messages) == 5
+    assert len(smtp.peers) == 1
+    for ask_id in asks:
+        delivery = _notifications(ask_id).get()
+        assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.DELIVERED, 1, None)
+        assert delivery.attempt_log.get().error == ""
+    assert notifications.notifications_send_due() == 0
+
+
+def test_mail_server_unreachable_the_whole_batch_fails_at_once_each_attempt_recorded(
+    project: Project, agent_client: ApiClient, settings: Any
+) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    asks = [open_ask(agent_client, plain_body(f"q{n}", f"run-q{n}"))["id"] for n in range(3)]
+    assert notifications.notifications_send_due() == 0
+    for ask_id in asks:
+        delivery = _notifications(ask_id).get()
+        assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.FAILED, 1, None)
+        assert delivery.next_attempt_at > timezone.now()
+        assert "mail server" in delivery.attempt_log.get().error
+
+
+def test_messages_a_batch_cannot_reach_before_its_lease_are_handed_back_unsent(
+    project: Project, agent_client: ApiClient, smtp: Any, monkeypatch: Any
+) -> None:
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    ask = open_ask(agent_client, plain_body())
+    # A lease no longer than one send's timeout leaves the batch no time to send anything.
+    monkeypatch.setattr(notifications, "LEASE_SECONDS", notifications.TIMEOUT_SECONDS)
+    assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 0
+    assert smtp.messages == []
+    delivery = _notifications(ask["id"]).get()
+    assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.PENDING, 0, None)
+    assert not delivery.attempt_log.exists()  # never attempted, so no attempt is logged
+    monkeypatch.undo()
+    assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 1
+    assert len(smtp.messages) == 1

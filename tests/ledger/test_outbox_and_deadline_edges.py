@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import tasks
@@ -26,7 +26,9 @@ from ledger.asks.webhooks import MAX_ATTEMPTS, WebhookFailed, webhook_deliver, w
 from ledger.exceptions import AskAlreadyDecided, AskInvalid
 from ledger.models import Ask, IntegrityCheck, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from tenancy.models import Project
+from tests.conftest import ApiClient
 from tests.http_receiver import url_of, webhook_receiver
+from tests.ledger.ask_helpers import in_thread, open_ask, plain_body
 
 pytestmark = pytest.mark.django_db
 
@@ -398,3 +400,39 @@ def test_an_attempt_that_outlasts_its_lease_does_not_undo_the_later_attempts_del
     assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.DELIVERED, 2, None)
     assert delivery.delivered_at is not None
     assert sorted(WebhookAttempt.objects.filter(delivery=delivery).values_list("status_code", flat=True)) == [200, 500]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_sweep_skips_messages_another_sweep_holds_instead_of_waiting(
+    project: Project, agent_client: ApiClient, settings: Any
+) -> None:
+    from ledger.asks import notifications
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    first = open_ask(agent_client, plain_body("q1", "run-q1"))["id"]
+    second = open_ask(agent_client, plain_body("q2", "run-q2"))["id"]
+    held = WebhookDelivery.objects.get(ask_id=first, kind=WebhookDelivery.Kind.NOTIFICATION)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_row() -> None:
+        with transaction.atomic():
+            WebhookDelivery.objects.select_for_update().get(pk=held.pk)
+            holding.set()
+            release.wait(30)
+
+    out: dict[str, Any] = {}
+    holder = in_thread(hold_the_row, out, "holder")
+    assert holding.wait(30)
+    try:
+        sweep = in_thread(notifications.notifications_send_due, out, "sweep")
+        sweep.join(30)
+        assert not sweep.is_alive(), "the sweep waited on a row another transaction holds"
+        assert out["sweep"] == 1
+    finally:
+        release.set()
+        holder.join(30)
+    assert WebhookDelivery.objects.get(ask_id=second, kind="notification").status == WebhookDelivery.Status.DELIVERED
+    held.refresh_from_db()
+    assert (held.status, held.attempts) == (WebhookDelivery.Status.PENDING, 0)
+    assert notifications.notifications_send_due() == 1

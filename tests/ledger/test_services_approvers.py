@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ledger.asks.approver_rules import conditions_match, conditions_parse
+from ledger.asks.approver_selectors import quorum_state
 from ledger.asks.approvers import (
     approval_rule_create,
     approval_rule_remove,
@@ -211,3 +212,48 @@ def test_every_admin_act_is_recorded_as_an_admin_change(project: Project, django
     ]
     with pytest.raises(ApproverRuleInvalid, match="max_minutes must be from 0"):
         standing_limits_set(project=project, max_minutes=-1, allow_any_agent=False)
+
+
+def test_an_approval_by_someone_taken_out_of_the_group_no_longer_counts(project: Project, django_user_model):
+    ann, ben, cat = people(django_user_model, project, "ann", "ben", "cat")
+    group = treasury(project, ann, ben, cat)
+    transfer_ask(project, amount=10)
+    approval_rule_create(project=project, tool_name=TOOL, group_name="treasury", quorum=2, conditions="")
+    ask = transfer_ask(project, amount=5000)
+
+    assert _approve(ask, ann).status == Ask.Status.OPEN
+    approver_group_member_remove(group=group, user_id=ann.pk)
+    still_open = _approve(ask, ben)  # ann's approval lapsed with her membership: one of two so far
+    assert still_open.status == Ask.Status.OPEN
+    assert _decision_events(ask) == []
+    state = quorum_state(ask=ask)
+    assert state is not None
+    assert [a.by_label for a in state.approvals] == ["ben"]
+    assert [a.by_label for a in state.lapsed] == ["ann"]
+    assert (state.remaining, state.unfulfillable) == (1, False)
+
+    decided = _approve(ask, cat)
+    assert decided.status == Ask.Status.DECIDED
+    assert decided.decided_by_label == "ben and cat"
+    (event,) = _decision_events(ask)
+    assert [a["by"] for a in event["approvals"]] == ["ben", "cat"]
+
+
+def test_a_group_smaller_than_its_quorum_is_unfulfillable_and_such_a_rule_is_refused(
+    project: Project, django_user_model
+):
+    ann, ben = people(django_user_model, project, "ann", "ben")
+    group = treasury(project, ann, ben)
+    transfer_ask(project, amount=10)
+    approval_rule_create(project=project, tool_name=TOOL, group_name="treasury", quorum=2, conditions="")
+    ask = transfer_ask(project, amount=5000)
+    assert _approve(ask, ann).status == Ask.Status.OPEN
+    approver_group_member_remove(group=group, user_id=ben.pk)
+
+    state = quorum_state(ask=ask)
+    assert state is not None
+    assert (state.members, state.unfulfillable) == (1, True)
+    with pytest.raises(ApproverRuleInvalid, match="group treasury has 1 member, so a quorum of 2 could never be met"):
+        approval_rule_create(project=project, tool_name=TOOL, group_name="treasury", quorum=2, conditions="")
+    declined = ask_decide(ask_id=ask.pk, approved=False, via=Ask.Via.PAGE, by_label="ann", user=ann)
+    assert (declined.status, declined.approved) == (Ask.Status.DECIDED, False)  # one decline still ends it

@@ -175,3 +175,29 @@ def test_a_standing_approval_from_the_ask_page_decides_the_next_ask_and_is_revok
     assert client.post(f"/projects/{project.slug}/standing-approvals/{standing.pk}/revoke/").status_code == 302
     assert "None in force" in _html(client.get(f"/projects/{project.slug}/standing-approvals/"))
     assert transfer_ask(project, amount=700, run_id="run-after").status == Ask.Status.OPEN
+
+
+def test_the_ask_and_rules_pages_say_when_a_shrunken_group_can_no_longer_meet_the_quorum(
+    project: Project, django_user_model: Any
+):
+    (admin,) = people(django_user_model, project, "ada", role=Membership.Role.ADMIN)
+    ann, ben = people(django_user_model, project, "ann", "ben")
+    group = treasury(project, ann, ben)
+    transfer_ask(project, amount=1)
+    approval_rule_create(project=project, tool_name=TOOL, group_name="treasury", quorum=2, conditions="")
+    ask = transfer_ask(project, amount=5000)
+    assert signed_in_client(ann).post(f"/asks/{ask.pk}/decide/", {"decision": "approve"}).status_code == 302
+    rules = _html(signed_in_client(admin).get(f"/projects/{project.slug}/approvers/"))
+    assert "Cannot be met" not in rules
+
+    removed = signed_in_client(admin).post(
+        f"/projects/{project.slug}/approvers/groups/{group.pk}/members/{ann.pk}/remove/"
+    )
+    assert removed.status_code == 302
+    page = _html(signed_in_client(ben).get(f"/asks/{ask.pk}/"))
+    assert "No longer counted:" in page
+    assert "<strong>ann</strong>" in page
+    assert "This quorum cannot be met: group" in page
+    assert "has 1 member," in page
+    rules = _html(signed_in_client(admin).get(f"/projects/{project.slug}/approvers/"))
+    assert "Cannot be met: treasury has 1 member." in rules
