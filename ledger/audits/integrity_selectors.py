@@ -100,9 +100,9 @@ def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None)
         while checked < total:
             cur.execute(
                 "SELECT position, prev_hash, hash, body, doc, seq, type, tool_call_id, wall_clock_ms"
-                " FROM ledger_runevent WHERE run_id = %s AND position >= %s AND position < %s"
+                " FROM ledger_runevent WHERE run_id = %s AND period = %s AND position >= %s AND position < %s"
                 " ORDER BY position LIMIT %s",
-                [run.pk, checked, total, WALK_CHUNK],
+                [run.pk, run.period, checked, total, WALK_CHUNK],
             )
             rows = cur.fetchall()
             for position, prev, stored_hash, body, doc, seq, type_, tool_call_id, wall_clock_ms in rows:
