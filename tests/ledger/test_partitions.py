@@ -68,11 +68,10 @@ def test_a_read_that_names_the_runs_period_reads_one_partition() -> None:
         )
         pruned = "\n".join(row[0] for row in cur.fetchall())
 
-    assert "Merge Append" in every_month
+    assert every_month.count(" on ledger_runevent_") > 1  # a scan of each month's partition, and more
     assert "ledger_runevent_legacy" in every_month
-    assert f"ledger_runevent_p{month}" in pruned
-    assert "Append" not in pruned
-    assert "legacy" not in pruned
+    assert pruned.count(" on ledger_runevent_") == 1
+    assert f" on ledger_runevent_p{month} " in pruned
 
 
 @pytest.mark.django_db(transaction=True)
