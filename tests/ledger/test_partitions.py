@@ -207,3 +207,22 @@ def test_the_upgrade_attaches_the_old_tables_in_place_while_the_version_before_g
     assert agent_client.ingest([later]).status_code == 200
     assert _partitions_holding(Run.objects.get(run_id="before-the-upgrade").pk) == {"ledger_runevent_legacy": 6}
     assert _verify(agent_client, "before-the-upgrade")
+
+
+@pytest.mark.django_db
+def test_a_record_written_into_another_partition_is_named_by_verification(agent_client) -> None:
+    """The chain walk reads the run's own partition; a row forged under another period is found anyway."""
+    assert agent_client.ingest(fixture_events("a-run-recording/events.json")).status_code == 200
+    run = Run.objects.get(run_id=RUN_ID)
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO ledger_runevent (run_id, period, seq, position, type, body, doc, prev_hash, hash)"
+            " SELECT run_id, %s, seq, position, type, body, doc, prev_hash, hash FROM ledger_runevent"
+            " WHERE run_id = %s AND period = %s AND position = 3",
+            [partitions.KEPT_PERIOD, run.pk, run.period],
+        )
+
+    verdict = agent_client.get(f"/api/v1/runs/{RUN_ID}/verify").json()
+
+    assert verdict["valid"] is False
+    assert f"record 3 is stored under period {partitions.KEPT_PERIOD}, outside the run's partition" in str(verdict)
