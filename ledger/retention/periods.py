@@ -1,12 +1,13 @@
 """Removing a whole expired month: its partitions of every large table detached and dropped, not
 its rows deleted one by one (ledger/partitions.py).
 
-A month is dropped once it is over and no run in it still has time to go under its project's
-retention (a run's time runs from its last event, so a run created late in the month with events
-in the next is counted by its last one). Before the drop, run by run:
-- a run that must outlive the month (held, or of a project that keeps its runs forever) is moved
-  to the `_kept` partition: its rows' period and `Run.period` change in one transaction holding
-  the run's row lock, so no read ever sees its chain split between two partitions;
+A month is dropped once it is over and the runs in it that must outlive it hold at most
+MAX_KEPT_SHARE of its records: runs held, of a project that keeps its runs forever, or still
+within their project's retention (a run's time runs from its last event, so a run created late in
+the month with events in the next counts by its last one). Before the drop, run by run:
+- a run that must outlive the month is moved to the `_kept` partition: its rows' period and
+  `Run.period` change in one transaction holding the run's row lock, so no read ever sees its
+  chain split between two partitions;
 - every other run is archived as retention archives (written, read back, digest checked), then
   its tombstone is written and its run row removed in one transaction; its events and
   projections stay in the month's partition until the drop.
@@ -15,8 +16,8 @@ writers of other months never wait) and dropped. A pass stopped anywhere leaves 
 place, with the runs it had not reached intact, or everything archived and tombstoned; the next
 pass carries on, finishing a detach a killed pass left pending.
 
-A month where the runs to keep hold more than MAX_KEPT_SHARE of the records is not dropped: its
-expired runs go row by row as before, for moving most of a month costs more than deleting a little.
+A month whose runs to keep hold more than MAX_KEPT_SHARE of its records waits: its expired runs
+go row by row as before, for moving most of a month costs more than deleting a little of it.
 """
 
 import logging
@@ -36,20 +37,14 @@ logger = logging.getLogger(__name__)
 
 MAX_KEPT_SHARE = 0.25
 
-# Runs of the month that still have time to go: a month with any is not due.
-_STILL_RUNNING_SQL = """
-SELECT count(*) FROM ledger_run r
-JOIN ledger_ledgerretention p ON p.project_id = r.project_id
-WHERE r.period = %(period)s
-    AND coalesce(r.last_event_at, r.created_at) >= %(now)s - make_interval(days => p.keep_days)
-    AND NOT EXISTS (SELECT 1 FROM ledger_runhold h WHERE h.project_id = r.project_id AND h.run_id = r.run_id
-                    AND h.released_at IS NULL)
-"""
-# The month's runs to keep past its drop, and their records: held, or of a project keeping forever.
+# The month's runs to keep past its drop, and their records: held, of a project keeping its runs
+# forever, or still within their project's retention at `now`.
 _TO_KEEP_SQL = """
 SELECT r.id, r.chain_length FROM ledger_run r
+LEFT JOIN ledger_ledgerretention p ON p.project_id = r.project_id
 WHERE r.period = %(period)s AND (
-    NOT EXISTS (SELECT 1 FROM ledger_ledgerretention p WHERE p.project_id = r.project_id)
+    p.id IS NULL
+    OR coalesce(r.last_event_at, r.created_at) >= %(now)s - make_interval(days => p.keep_days)
     OR EXISTS (SELECT 1 FROM ledger_runhold h WHERE h.project_id = r.project_id AND h.run_id = r.run_id
                AND h.released_at IS NULL))
 """
@@ -82,10 +77,7 @@ def months_over(now: datetime) -> list[int]:
 
 def period_due(*, period: int, now: datetime) -> bool:
     with connection.cursor() as cur:
-        cur.execute(_STILL_RUNNING_SQL, {"period": period, "now": now})
-        if cur.fetchone()[0]:
-            return False
-        cur.execute(_TO_KEEP_SQL, {"period": period})
+        cur.execute(_TO_KEEP_SQL, {"period": period, "now": now})
         kept_records = sum(length for _, length in cur.fetchall())
         cur.execute(_RECORDS_SQL, {"period": period})
         _, records = cur.fetchone()
@@ -103,15 +95,15 @@ def periods_drop_due(*, now: datetime, deadline: float, archive_run: ArchiveRun)
         if time.monotonic() > deadline:
             break
         if period_due(period=period, now=now):
-            done.append(period_drop(period=period, archive_run=archive_run, deadline=deadline))
+            done.append(period_drop(period=period, now=now, archive_run=archive_run, deadline=deadline))
     return done
 
 
-def period_drop(*, period: int, archive_run: ArchiveRun, deadline: float = float("inf")) -> PeriodDrop:
+def period_drop(*, period: int, now: datetime, archive_run: ArchiveRun, deadline: float = float("inf")) -> PeriodDrop:
     """Keep, archive (each run through `archive_run`), then drop one month, in that order (see the
     module's docstring)."""
     with connection.cursor() as cur:
-        cur.execute(_TO_KEEP_SQL, {"period": period})
+        cur.execute(_TO_KEEP_SQL, {"period": period, "now": now})
         to_keep = [pk for pk, _ in cur.fetchall()]
     for run_pk in to_keep:
         run_rehome(run_pk=run_pk, period=partitions.KEPT_PERIOD)

@@ -95,6 +95,7 @@ def test_a_month_past_retention_is_dropped_whole_after_its_straddling_run_is_arc
     # Small: a month is dropped when what it must keep is at most MAX_KEPT_SHARE of its records.
     held = _run_created_in_old_month(agent_client, "held-run", total=10)
     services.run_hold_place(project=project, run_id="held-run", reason="case 4411", actor=UNNAMED)
+    going_on = _run_created_in_old_month(agent_client, "going-on", total=5, last_event_days=20)  # 20 days left
     head = bytes(straddler.head_hash)
     outcome = services.runs_retention_pass(now=NOW)
 
@@ -110,10 +111,16 @@ def test_a_month_past_retention_is_dropped_whole_after_its_straddling_run_is_arc
     assert _partitions_holding(kept.pk) == {"ledger_runevent_kept": kept.chain_length}
     assert _verify(agent_client, "held-run")
     assert not RunTombstone.objects.filter(run_id="held-run").exists()
+    # So did the run still within its retention: retention removes it row by row when its time comes.
+    assert Run.objects.get(pk=going_on.pk).period == partitions.KEPT_PERIOD
+    assert _partitions_holding(going_on.pk) == {"ledger_runevent_kept": 5}
+    assert _verify(agent_client, "going-on")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_month_with_a_run_still_within_retention_stays_whole(agent_client: Any, project: Any, old_month: int) -> None:
+def test_a_month_whose_runs_still_within_retention_hold_much_of_it_stays_whole(
+    agent_client: Any, project: Any, old_month: int
+) -> None:
     services.run_retention_set(project=project, keep_days=KEEP_DAYS, actor=UNNAMED)
     _run_created_in_old_month(agent_client, RUN_ID)
     late = _run_created_in_old_month(agent_client, "late-run", last_event_days=20)  # 20 days left
@@ -145,7 +152,7 @@ def test_a_pass_killed_mid_month_leaves_the_partitions_and_every_run_it_had_not_
         return archive_one(**kwargs)
 
     with pytest.raises(SystemExit):
-        periods.period_drop(period=OLD, archive_run=killed_on_the_second)
+        periods.period_drop(period=OLD, now=NOW, archive_run=killed_on_the_second)
 
     assert _month_exists(OLD) == [True] * len(partitions.TABLES)
     done, left = (first, second) if calls[0] == first.pk else (second, first)
@@ -161,7 +168,7 @@ def test_a_pass_killed_mid_month_leaves_the_partitions_and_every_run_it_had_not_
     with monkeypatch.context() as patched:
         patched.setattr(periods, "partition_detach_and_drop", killed_before_the_drop)
         with pytest.raises(SystemExit):
-            periods.period_drop(period=OLD, archive_run=services.run_archive_and_remove)
+            periods.period_drop(period=OLD, now=NOW, archive_run=services.run_archive_and_remove)
     assert _month_exists(OLD) == [True] * len(partitions.TABLES)
     assert set(RunTombstone.objects.values_list("run_id", flat=True)) == {"run-a", "run-b"}
 
