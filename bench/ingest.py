@@ -38,8 +38,9 @@ EVENTS_PER_RUN, CLIENTS, PAYLOAD_BYTES = 500, 4, 400
 # took ~450 ms: two of the four requests p99 allows above it).
 WARMUP_RUNS = 96
 COPY_ATTEMPTS = 3
-COLUMNS = "run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc, prev_hash, hash"
-TYPES = ["int8", "int4", "int4", "text", "text", "int8", "text", "jsonb", "bytea", "bytea"]
+COLUMNS = "run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc, prev_hash, hash, period"
+TYPES = ["int8", "int4", "int4", "text", "text", "int8", "text", "jsonb", "bytea", "bytea", "int4"]
+PERIOD = int(time.strftime("%Y%m", time.gmtime()))  # the month a new run's rows carry (ledger/partitions.py)
 FILLER = "Order A-7781 shipped with DHL and is at the Leipzig hub; the carrier expects delivery. " * 8
 
 # --- Workload: agentfootprint runs shaped like tests/data/*/events.json -----------------------
@@ -107,7 +108,7 @@ def copy_rows(run_pk: int, events: list[dict]) -> tuple[list[tuple], str]:
         prev, head = head, hashlib.sha256(head + body).digest()
         doc = Jsonb(body, dumps=lambda b: b)  # already JSON, as the service passes it
         call_id, wall = e["payload"].get("toolCallId"), e["meta"]["wallClockMs"]
-        rows.append((run_pk, e["seq"], e["seq"], e["type"], call_id, wall, body.decode(), doc, prev, head))
+        rows.append((run_pk, e["seq"], e["seq"], e["type"], call_id, wall, body.decode(), doc, prev, head, PERIOD))
     return rows, head.hex()
 
 

@@ -264,6 +264,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "runs-retention": _every(
         env.float("FOOTPRINT_RETENTION_EVERY_SECONDS", default=3600.0), "ledger.tasks.runs_retention_pass"
     ),
+    # The ledger's monthly partitions, created MONTHS_AHEAD ahead (ledger/partitions.py).
+    "ledger-partitions": _every(3600.0, "ledger.tasks.ledger_partitions_ensure"),
     "artifacts-sweep": _every(
         env.float("FOOTPRINT_SWEEP_EVERY_SECONDS", default=60.0), "artifacts.tasks.artifacts_sweep"
     ),

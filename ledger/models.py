@@ -78,6 +78,12 @@ class Run(models.Model):
     rolled_up = models.IntegerField(db_default=0)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    # The month the run was created in, yyyymm (UTC), set by ingestion when it creates the run:
+    # every row of its events and projections carries it and lives in that month's partition
+    # (ledger/partitions.py), however long the run goes on. 0 (the legacy partition) for runs
+    # stored before partitioning, or by the version before during the upgrade; KEPT_PERIOD once
+    # retention moved the run to the partition that outlives its month's drop.
+    period = models.IntegerField(db_default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_unique_per_project")]
@@ -140,6 +146,8 @@ class RunEvent(models.Model):
 
     pk = models.CompositePrimaryKey("run_id", "position")
     run = ingested_by_run("events")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     # The sender's number; NULL for events the server itself appends (a person's decision), so
     # they can never collide with a number the agent will use later.
     seq = models.IntegerField(null=True, blank=True)
@@ -155,7 +163,7 @@ class RunEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_seq"),
+            models.UniqueConstraint(fields=["run", "seq", "period"], name="runevent_unique_seq"),
         ]
         # The run page's tool-call tab reads one call's steps; only events of a tool call are indexed.
         indexes = [
@@ -181,13 +189,17 @@ class RunSearchChunk(models.Model):
     # a search reads each record's first SEARCHED_CHARS characters (ledger.explorer.search).
     SEARCHED_CHARS = 50_000
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # No foreign key in the database: the table is partitioned, and a partitioned table's
+    # foreign key would be validated across every partition when one is attached.
+    run = ingested_by_run("+")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     first_position = models.IntegerField()
     last_position = models.IntegerField()
     document = SearchVectorField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "first_position"], name="search_chunk_once")]
+        constraints = [models.UniqueConstraint(fields=["run", "first_position", "period"], name="search_chunk_once")]
         indexes = [GinIndex(fields=["document"], name="search_chunk_document")]
 
     def __str__(self) -> str:
@@ -216,6 +228,8 @@ class RunSpan(models.Model):
         ARTIFACT = "artifact", "artifact mark"
 
     run = ingested_by_run("+")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     lane = models.SmallIntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
     start_ms = models.BigIntegerField()
@@ -303,6 +317,8 @@ class ToolCall(models.Model):
     """
 
     run = ingested_by_run("tool_calls")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     tool_call_id = models.TextField()
     tool_name = models.TextField(null=True, blank=True)
     error = models.BooleanField(null=True, blank=True)
@@ -317,7 +333,7 @@ class ToolCall(models.Model):
     result: Any
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "tool_call_id"], name="toolcall_unique_id")]
+        constraints = [models.UniqueConstraint(fields=["run", "tool_call_id", "period"], name="toolcall_unique_id")]
         # A resumed turn is a new run that finishes the paused run's tool call: the shared id links them.
         indexes = [models.Index(fields=["tool_call_id"], name="toolcall_by_id")]
 
@@ -330,6 +346,8 @@ class MiddlewareDecision(models.Model):
     (the event stream deliberately omits them): SQL NULL means "not ingested"."""
 
     run = ingested_by_run("decisions")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     seq = models.IntegerField()
     middleware = models.TextField()
     moment = models.TextField()
@@ -347,7 +365,7 @@ class MiddlewareDecision(models.Model):
     after = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="decision_unique_seq")]
+        constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="decision_unique_seq")]
 
     def __str__(self) -> str:
         return f"{self.middleware}: {self.outcome}"
@@ -357,6 +375,8 @@ class PermissionVerdict(models.Model):
     """Projection of `permission.check` and `permission.halt`."""
 
     run = ingested_by_run("verdicts")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     seq = models.IntegerField()
     event_type = models.TextField()
     capability = models.TextField(null=True, blank=True)
@@ -368,7 +388,7 @@ class PermissionVerdict(models.Model):
     reason = models.TextField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="verdict_unique_seq")]
+        constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="verdict_unique_seq")]
 
     def __str__(self) -> str:
         return f"{self.capability}: {self.result}"
@@ -378,6 +398,8 @@ class ToolEffect(models.Model):
     """Projection of `tools.effect` (accepted, refused or superseded)."""
 
     run = ingested_by_run("effects")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     seq = models.IntegerField()
     kind = models.TextField()
     outcome = models.TextField()
@@ -392,7 +414,7 @@ class ToolEffect(models.Model):
     superseded_by = models.TextField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="effect_unique_seq")]
+        constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="effect_unique_seq")]
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.outcome}"
@@ -416,6 +438,8 @@ class Refusal(models.Model):
         INTEGRITY = "integrity"
 
     run = ingested_by_run("refusals")
+    # Its run's period (Run.period): the monthly partition the row lives in (ledger/partitions.py).
+    period = models.IntegerField()
     seq = models.IntegerField()
     event_type = models.TextField()
     category = models.CharField(max_length=32, choices=Category.choices)
@@ -428,7 +452,7 @@ class Refusal(models.Model):
     wall_clock_ms = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="refusal_unique_seq")]
+        constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="refusal_unique_seq")]
         indexes = [
             models.Index(fields=["category"], name="refusal_by_category"),
             # The refusal list's order, newest first in time (ledger.refusals.selectors.REFUSAL_TIME).

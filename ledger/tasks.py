@@ -5,6 +5,7 @@ import contextlib
 from celery import shared_task
 from django.db import connection
 
+from ledger import partitions
 from ledger.asks import deadline_rules, notifications, webhooks
 from ledger.asks import services as asks
 from ledger.audits import integrity
@@ -59,6 +60,11 @@ def search_index_pending() -> int:
 @shared_task(acks_late=True)
 def run_spans_index_pending() -> int:
     return span_index.run_spans_index_pending()
+
+
+@shared_task(acks_late=True)
+def ledger_partitions_ensure() -> int:
+    return partitions.partitions_ensure()
 
 
 @shared_task(acks_late=True)

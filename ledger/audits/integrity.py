@@ -83,7 +83,7 @@ def _anchor_project(project: Project) -> bool:
             cur.execute(
                 """
                 SELECT r.run_id, r.chain_length, e.hash FROM ledger_run r
-                JOIN ledger_runevent e ON e.run_id = r.id AND e.position = r.chain_length - 1
+                JOIN ledger_runevent e ON e.run_id = r.id AND e.period = r.period AND e.position = r.chain_length - 1
                 WHERE r.project_id = %s AND r.chain_length > COALESCE(
                     (SELECT max(h.chain_length) FROM ledger_anchoredhead h
                      WHERE h.project_id = r.project_id AND h.run_id = r.run_id), 0)

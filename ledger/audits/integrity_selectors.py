@@ -100,9 +100,9 @@ def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None)
         while checked < total:
             cur.execute(
                 "SELECT position, prev_hash, hash, body, doc, seq, type, tool_call_id, wall_clock_ms"
-                " FROM ledger_runevent WHERE run_id = %s AND position >= %s AND position < %s"
+                " FROM ledger_runevent WHERE run_id = %s AND period = %s AND position >= %s AND position < %s"
                 " ORDER BY position LIMIT %s",
-                [run.pk, checked, total, WALK_CHUNK],
+                [run.pk, run.period, checked, total, WALK_CHUNK],
             )
             rows = cur.fetchall()
             for position, prev, stored_hash, body, doc, seq, type_, tool_call_id, wall_clock_ms in rows:
@@ -146,11 +146,35 @@ def run_chain_verify(*, run: Run, progress: Callable[[int], None] | None = None)
             position,
             f"record {position} lies past the run's recorded head ({length} records): ingestion did not write it",
         )
+    elsewhere = _record_outside_its_partition(run)
+    if elsewhere is not None:
+        position, period, run_period = elsewhere
+        return ChainVerdict(
+            False,
+            checked,
+            position,
+            f"record {position} is stored under period {period}, outside the run's partition (period "
+            f"{run_period}): ingestion did not write it",
+        )
     if anchored is not None:
         problem = _anchor_problem(anchored, checked, anchored_hash)
         if problem:
             return ChainVerdict(False, checked, min(checked, anchored.chain_length - 1), problem)
     return ChainVerdict(True, checked)
+
+
+def _record_outside_its_partition(run: Run) -> tuple[int, int, int] | None:
+    """A record of the run stored under another period than the run's (ledger/partitions.py):
+    the walk reads the run's own partition only, so this looks in every other one. One statement:
+    retention moves a run's rows and its period in one transaction, never seen half done."""
+    with connections[lagging_reads_alias()].cursor() as cur:
+        cur.execute(
+            "SELECT e.position, e.period, r.period FROM ledger_runevent e JOIN ledger_run r ON r.id = e.run_id"
+            " WHERE e.run_id = %s AND e.period <> r.period ORDER BY e.position LIMIT 1",
+            [run.pk],
+        )
+        row = cur.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def _record_past_head(run: Run) -> tuple[int, int] | None:

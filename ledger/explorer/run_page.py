@@ -113,14 +113,14 @@ _TIMELINE_SQL = """
     SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
            left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
     FROM ledger_runevent e
-    WHERE e.run_id = %(run)s AND e.seq > %(after)s
+    WHERE e.run_id = %(run)s AND e.period = %(period)s AND e.seq > %(after)s
     ORDER BY e.seq LIMIT %(limit)s
 """
 _EVENTS_OF_TYPES_SQL = """
     SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
            left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
     FROM ledger_runevent e
-    WHERE e.run_id = %(run)s AND e.type = ANY(%(types)s) AND e.seq > %(after_seq)s
+    WHERE e.run_id = %(run)s AND e.period = %(period)s AND e.type = ANY(%(types)s) AND e.seq > %(after_seq)s
     ORDER BY e.seq LIMIT %(limit)s
 """
 
@@ -130,7 +130,7 @@ _RECORDS_AT_SQL = """
     SELECT e.seq, e.position, e.type, e.tool_call_id, e.wall_clock_ms,
            left(e.doc -> 'meta' ->> 'runtimeStageId', 200), footprint_payload_gist(e.doc, %(gist_keys)s)
     FROM ledger_runevent e
-    WHERE e.run_id = %(run)s AND e.position = ANY(%(positions)s)
+    WHERE e.run_id = %(run)s AND e.period = %(period)s AND e.position = ANY(%(positions)s)
 """
 
 
@@ -152,12 +152,14 @@ def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PA
     server's own records placed after the event each follows in the chain, so the page lists every
     record the run's record count counts."""
     start = _start_ms(run)
-    rows = _timeline_rows(_TIMELINE_SQL, {"run": run.pk, "after": after_seq, "limit": limit + 1}, start)
+    rows = _timeline_rows(
+        _TIMELINE_SQL, {"run": run.pk, "period": run.period, "after": after_seq, "limit": limit + 1}, start
+    )
     page = page_of(rows, order="seq", limit=limit)
     follows = selectors.run_server_records_following(run=run, after_seq=after_seq, upto_seq=page.next_after)
     if not follows:
         return page
-    server = _timeline_rows(_RECORDS_AT_SQL, {"run": run.pk, "positions": list(follows)}, start)
+    server = _timeline_rows(_RECORDS_AT_SQL, {"run": run.pk, "period": run.period, "positions": list(follows)}, start)
     keyed = [((row.seq if row.seq is not None else -1, 0, row.position), row) for row in page.items]
     keyed += [((follows[row.position], 1, row.position), row) for row in server]
     return Page([row for _, row in sorted(keyed, key=lambda pair: pair[0])], page.next_after)
@@ -166,7 +168,7 @@ def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PA
 def run_event_get(*, run: Run, position: int) -> RunEvent | None:
     """One stored record with its bytes, for the drawer. Server-authored records have no seq, so
     records are addressed by their place in the chain."""
-    return RunEvent.objects.filter(run=run, position=position).first()
+    return RunEvent.objects.filter(run=run, period=run.period, position=position).first()
 
 
 @dataclass
@@ -582,7 +584,13 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     (`stored_more` when there are more: the project's artifact list filters by run)."""
     rows = _timeline_rows(
         _EVENTS_OF_TYPES_SQL,
-        {"run": run.pk, "types": list(_ARTIFACT_EVENT_TYPES), "limit": TAB_LIMIT + 1, "after_seq": after_seq},
+        {
+            "run": run.pk,
+            "period": run.period,
+            "types": list(_ARTIFACT_EVENT_TYPES),
+            "limit": TAB_LIMIT + 1,
+            "after_seq": after_seq,
+        },
     )
     events = page_of(rows, order="seq", limit=TAB_LIMIT)
     # Only the first page of them: the artifact list, filtered by this run, pages the rest.

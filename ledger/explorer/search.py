@@ -24,15 +24,17 @@ RUNS_PER_PASS = 1000
 RECORDS_PER_TRANSACTION = 5000
 
 _INDEX_RANGES = """
-INSERT INTO ledger_runsearchchunk (run_id, first_position, last_position, document)
-SELECT run_id, min(position), max(position), strip(to_tsvector('simple', string_agg(text, ' ' ORDER BY position)))
+INSERT INTO ledger_runsearchchunk (run_id, period, first_position, last_position, document)
+SELECT run_id, period, min(position), max(position),
+    strip(to_tsvector('simple', string_agg(text, ' ' ORDER BY position)))
 FROM (
-    SELECT e.run_id, e.position, left(e.body, %(cap)s) AS text, (e.position - w.start) / %(chunk)s AS by_count,
+    SELECT e.run_id, e.period, e.position, left(e.body, %(cap)s) AS text,
+        (e.position - w.start) / %(chunk)s AS by_count,
         sum(least(length(e.body), %(cap)s)) OVER (PARTITION BY e.run_id ORDER BY e.position) / %(cap)s AS by_size
     FROM unnest(%(runs)s::bigint[], %(starts)s::int[], %(stops)s::int[]) AS w(run_id, start, stop)
     JOIN ledger_runevent e ON e.run_id = w.run_id AND e.position >= w.start AND e.position < w.stop
 ) AS records
-GROUP BY run_id, by_count, by_size
+GROUP BY run_id, period, by_count, by_size
 ON CONFLICT DO NOTHING
 """
 _ADVANCE_MARKS = """

@@ -140,10 +140,10 @@ _SERVER_RECORDS_SQL = """
 SELECT e.position, COALESCE(prior.seq, -1) FROM ledger_runevent e
 LEFT JOIN LATERAL (
     SELECT p.seq FROM ledger_runevent p
-    WHERE p.run_id = e.run_id AND p.position < e.position AND p.seq IS NOT NULL
+    WHERE p.run_id = e.run_id AND p.period = e.period AND p.position < e.position AND p.seq IS NOT NULL
     ORDER BY p.position DESC LIMIT 1
 ) prior ON true
-WHERE e.run_id = %(run)s AND e.seq IS NULL
+WHERE e.run_id = %(run)s AND e.period = %(period)s AND e.seq IS NULL
 """
 
 
@@ -154,7 +154,7 @@ def run_server_records_following(*, run: Run, after_seq: int, upto_seq: int | No
     if run.chain_length == run.event_count:  # no server records: the common case asks nothing
         return {}
     with connections[lagging_reads_alias()].cursor() as cursor:
-        cursor.execute(_SERVER_RECORDS_SQL, {"run": run.pk})
+        cursor.execute(_SERVER_RECORDS_SQL, {"run": run.pk, "period": run.period})
         return {
             position: prior
             for position, prior in cursor.fetchall()
@@ -168,11 +168,13 @@ def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[
     right after the agent's event chained before it, so the pages hold every record the chain
     counts. The page ends with an agent's event and the server's records that follow it."""
     fields = ("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")
-    page = keyset_page(RunEvent.objects.filter(run=run).only(*fields), order="seq", after=after_seq, limit=limit)
+    # With the run's period the planner reads its one partition, not an index of every month's.
+    of_run = RunEvent.objects.filter(run=run, period=run.period).only(*fields)
+    page = keyset_page(of_run, order="seq", after=after_seq, limit=limit)
     follows = run_server_records_following(run=run, after_seq=after_seq, upto_seq=page.next_after)
     if not follows:
         return page
-    server = RunEvent.objects.filter(run=run, position__in=follows).only(*fields)
+    server = of_run.filter(position__in=follows)
     rows = [((e.seq, 0, e.position), e) for e in page.items]
     rows += [((follows[e.position], 1, e.position), e) for e in server]
     return Page([e for _, e in sorted(rows, key=lambda row: row[0])], page.next_after)

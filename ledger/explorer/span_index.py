@@ -80,12 +80,13 @@ _EVENTS_SQL = """
            e.doc -> 'meta' -> 'compositionPath',
            CASE WHEN e.type = 'agentfootprint.composition.fork_start' THEN e.doc -> 'payload' -> 'branches' END
     FROM ledger_runevent e
-    WHERE e.run_id = %(run)s AND e.position >= %(after)s AND e.position < %(stop)s
+    WHERE e.run_id = %(run)s AND e.period = %(period)s AND e.position >= %(after)s AND e.position < %(stop)s
     ORDER BY e.position LIMIT %(limit)s
 """
 _COPY_CELLS = "COPY ledger_runspancell (run_id, lane, level, cell, spans, refused) FROM STDIN"
 _COPY_SPANS = (
-    "COPY ledger_runspan (run_id, lane, kind, start_ms, end_ms, first_seq, last_seq, position, label, refused)"
+    "COPY ledger_runspan (run_id, period, lane, kind, start_ms, end_ms, first_seq, last_seq, position, label,"
+    " refused)"
     " FROM STDIN"
 )
 
@@ -105,11 +106,17 @@ class BuiltSpans:
     duration_ms: int
 
 
-def _events(run_pk: int, stop: int) -> Iterator[tuple[Any, ...]]:
+def _events(run_pk: int, period: int, stop: int) -> Iterator[tuple[Any, ...]]:
     after = 0
     while after < stop:
         with connection.cursor() as cur:
-            params: dict[str, Any] = {"run": run_pk, "after": after, "stop": stop, "limit": READ_RECORDS}
+            params: dict[str, Any] = {
+                "run": run_pk,
+                "period": period,
+                "after": after,
+                "stop": stop,
+                "limit": READ_RECORDS,
+            }
             params["keys"] = LABEL_KEYS
             cur.execute(_EVENTS_SQL, params)
             rows = cur.fetchall()
@@ -358,23 +365,23 @@ def run_spans_build(*, run_pk: int) -> int:
     read is the chain the mark records and a concurrent rebuild of the same run waits for this one.
     """
     with transaction.atomic():
-        run = Run.objects.select_for_update().only("id", "chain_length", "spans_indexed").get(pk=run_pk)
+        run = Run.objects.select_for_update().only("id", "chain_length", "spans_indexed", "period").get(pk=run_pk)
         length = run.chain_length
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT r.seq, r.category || coalesce(': ' || left(r.rule, 80), '') FROM ledger_refusal r"
-                " WHERE r.run_id = %s",
-                [run_pk],
+                " WHERE r.run_id = %s AND r.period = %s",
+                [run_pk, run.period],
             )
             refusals = dict(cur.fetchall())
-        built = spans_from_events(_events(run_pk, length), refusals)
+        built = spans_from_events(_events(run_pk, run.period, length), refusals)
         lanes, buckets = overview_of(built)
         with connection.cursor() as cur:
-            cur.execute("DELETE FROM ledger_runspan WHERE run_id = %s", [run_pk])
+            cur.execute("DELETE FROM ledger_runspan WHERE run_id = %s AND period = %s", [run_pk, run.period])
             cur.execute("DELETE FROM ledger_runspancell WHERE run_id = %s", [run_pk])
             with cur.copy(_COPY_SPANS) as copy:
                 for row in built.rows:
-                    copy.write_row((run_pk, *row))
+                    copy.write_row((run_pk, run.period, *row))
             with cur.copy(_COPY_CELLS) as copy:
                 for cell in cells_of(built, lanes):
                     copy.write_row((run_pk, *cell))

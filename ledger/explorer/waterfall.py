@@ -10,7 +10,7 @@ lanes that are short anyway; a narrower window reads one index range per lane.
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from footprint_site.lib.durations import duration_ms_text
 from footprint_site.replicas import lagging_reads_alias
@@ -134,7 +134,8 @@ def _overview(run: Run, *, whole_run: bool) -> RunSpanOverview:
         # A derived index written on a read: the spans are a pure function of the chain, so
         # building them here is a cache fill, and the worker would write the same rows.
         span_index.run_spans_build(run_pk=run.pk)
-        overview = RunSpanOverview.objects.get(run_id=run.pk)
+        # Read back where it was written: a page read from the replica would not see it yet.
+        overview = RunSpanOverview.objects.using(DEFAULT_DB_ALIAS).get(run_id=run.pk)
     return overview
 
 

@@ -52,6 +52,7 @@ class RunState:
     head: bytes
     max_seq: int
     has_recording: bool
+    period: int  # the run's month: every row written for it carries it (ledger/partitions.py)
 
 
 RUN_IDENTITY_KEYS = (*IDENTITY_KEYS, "compositionPath")
@@ -75,14 +76,15 @@ def lock_run_row(cur: Cursor[Any], project: Project, run_id: str, events: list[E
         """
         INSERT INTO ledger_run (project_id, run_id, session_id, tenant, principal, composition_path,
             source, status, status_seq, tokens_in, tokens_out, iterations, tool_call_count,
-            refusal_count, event_count, max_seq, chain_length, head_hash, created_at, updated_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, 'running', -1, 0, 0, 0, 0, 0, 0, -1, 0, %s, now(), now())
+            refusal_count, event_count, max_seq, chain_length, head_hash, created_at, updated_at, period)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, 'running', -1, 0, 0, 0, 0, 0, 0, -1, 0, %s, now(), now(),
+            (to_char(now() AT TIME ZONE 'UTC', 'YYYYMM'))::int)  -- its period: ledger.partitions
         ON CONFLICT (project_id, run_id) DO UPDATE SET
             session_id = COALESCE(ledger_run.session_id, EXCLUDED.session_id),
             tenant = COALESCE(ledger_run.tenant, EXCLUDED.tenant),
             principal = COALESCE(ledger_run.principal, EXCLUDED.principal),
             updated_at = now()
-        RETURNING id, chain_length, head_hash, max_seq, has_recording
+        RETURNING id, chain_length, head_hash, max_seq, has_recording, period
         """,
         [
             project.pk,
@@ -95,8 +97,10 @@ def lock_run_row(cur: Cursor[Any], project: Project, run_id: str, events: list[E
             bytes(32),
         ],
     )
-    pk, chain_length, head, max_seq, has_recording = cur.fetchone()  # type: ignore[misc]
-    return RunState(pk=pk, chain_length=chain_length, head=bytes(head), max_seq=max_seq, has_recording=has_recording)
+    pk, chain_length, head, max_seq, has_recording, period = cur.fetchone()  # type: ignore[misc]
+    return RunState(
+        pk=pk, chain_length=chain_length, head=bytes(head), max_seq=max_seq, has_recording=has_recording, period=period
+    )
 
 
 def doc_for_jsonb(body: bytes, holds_nul: bool) -> bytes:
@@ -132,10 +136,11 @@ def run_append_server_event(*, project: Project, run_id: str, type_: str, payloa
         state = lock_run_row(cur, project, run_id, [], Run.Source.EVENTS)
         head = link_hash(state.head, body)
         cur.execute(
-            "INSERT INTO ledger_runevent (run_id, seq, position, type, tool_call_id, wall_clock_ms, body, doc,"
-            " prev_hash, hash, received_at) VALUES (%s, NULL, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())",
+            "INSERT INTO ledger_runevent (run_id, period, seq, position, type, tool_call_id, wall_clock_ms, body,"
+            " doc, prev_hash, hash, received_at) VALUES (%s, %s, NULL, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())",
             [
                 state.pk,
+                state.period,
                 state.chain_length,
                 type_,
                 payload.get("toolCallId"),

@@ -39,8 +39,8 @@ def _stored_bodies(cur: Cursor[Any], state: RunState, events: list[Event]) -> di
     if min(e.seq for e in events) > state.max_seq:
         return {}
     cur.execute(
-        "SELECT seq, body FROM ledger_runevent WHERE run_id = %s AND seq = ANY(%b)",
-        [state.pk, [e.seq for e in events]],
+        "SELECT seq, body FROM ledger_runevent WHERE run_id = %s AND period = %s AND seq = ANY(%b)",
+        [state.pk, state.period, [e.seq for e in events]],
     )
     return {seq: body.encode() for seq, body in cur.fetchall()}
 
@@ -109,7 +109,7 @@ EVENTS = CopyTarget(
     "ledger_runevent",
     _columns(
         "run_id:int8 seq:int4 position:int4 type:text tool_call_id:text wall_clock_ms:int8 body:text doc:jsonb"
-        " prev_hash:bytea hash:bytea"
+        " prev_hash:bytea hash:bytea period:int4"
     ),
 )
 
@@ -125,7 +125,7 @@ _pack_row_head: Final = struct.Struct(">hiqiiii").pack  # field count, run_id, s
 _pack_no_wall_clock: Final = struct.Struct(">ii").pack  # NULL wall_clock_ms, then body's length
 _pack_wall_clock: Final = struct.Struct(">iqi").pack  # wall_clock_ms, then body's length
 _pack_jsonb_head: Final = struct.Struct(">ib").pack  # length, then jsonb's binary format version (1)
-_pack_hashes: Final = struct.Struct(">i32si32s").pack
+_pack_hashes_and_period: Final = struct.Struct(">i32si32sii").pack
 
 
 # A block is sent at the end of the row that takes it past this: under psycopg's largest single
@@ -154,7 +154,14 @@ class EventRowsWriter:
         self.pending = 0  # bytes in `parts`, roughly: the bodies and the fixed-size parts
 
     def append(
-        self, run_pk: int, position: int, event: Event, tool_call_id: str | None, prev: bytes, head: bytes
+        self,
+        run_pk: int,
+        period: int,
+        position: int,
+        event: Event,
+        tool_call_id: str | None,
+        prev: bytes,
+        head: bytes,
     ) -> None:
         body, wall = event.body, event.wall_clock_ms
         doc = doc_for_jsonb(body, event.holds_nul)
@@ -166,7 +173,7 @@ class EventRowsWriter:
             body,
             _pack_jsonb_head(len(doc) + 1, 1),
             doc,
-            _pack_hashes(32, prev, 32, head),
+            _pack_hashes_and_period(32, prev, 32, head, 4, period),
         )
         self.pending += len(body) + len(doc) + ROW_OVERHEAD_BYTES
         if self.pending >= COPY_BLOCK_BYTES:
@@ -189,14 +196,14 @@ DECISIONS = CopyTarget(
     "ledger_middlewaredecision",
     _columns(
         "run_id:int8 seq:int4 middleware:text moment:text at:text phase:text tool_name:text tool_call_id:text"
-        " iteration:int4 outcome:text changed:bool why:text component_id:text origins:jsonb"
+        " iteration:int4 outcome:text changed:bool why:text component_id:text origins:jsonb period:int4"
     ),
 )
 VERDICTS = CopyTarget(
     "ledger_permissionverdict",
     _columns(
         "run_id:int8 seq:int4 event_type:text capability:text actor:text target:text result:text"
-        " policy_rule_id:text rationale:text reason:text"
+        " policy_rule_id:text rationale:text reason:text period:int4"
     ),
 )
 EFFECTS = CopyTarget(
@@ -204,24 +211,24 @@ EFFECTS = CopyTarget(
     _columns(
         "run_id:int8 seq:int4 kind:text outcome:text tool_name:text tool_call_id:text iteration:int4"
         " target_skill_id:text reason:text instruction_id:text delivery_lease:text refusal_reason:text"
-        " superseded_by:text"
+        " superseded_by:text period:int4"
     ),
 )
 REFUSALS = CopyTarget(
     "ledger_refusal",
     _columns(
         "run_id:int8 seq:int4 event_type:text category:text rule:text reason:text tool_name:text"
-        " tool_call_id:text iteration:int4 wall_clock_ms:int8"
+        " tool_call_id:text iteration:int4 wall_clock_ms:int8 period:int4"
     ),
 )
 TOOL_CALLS = CopyTarget(
     "ledger_toolcall",
     _columns(
         "run_id:int8 tool_call_id:text tool_name:text error:bool status:text duration_ms:int8 start_seq:int4"
-        " end_seq:int4"
+        " end_seq:int4 period:int4"
     ),
 )
-TOOL_CALL_FIELDS: Final = [name for name, _ in TOOL_CALLS.columns[2:]]  # as ledger.ingest.projections names them
+TOOL_CALL_FIELDS: Final = [name for name, _ in TOOL_CALLS.columns[2:-1]]  # as ledger.ingest.projections names them
 
 
 def _copy(cur: Cursor[Any], target: CopyTarget, rows: list[tuple[Any, ...]]) -> None:
@@ -242,17 +249,19 @@ def _ms_to_datetime(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, int], first_batch: set[str]) -> None:
+def _write_projection(
+    cur: Cursor[Any], projection: Projection, states: dict[str, RunState], first_batch: set[str]
+) -> None:
     """`first_batch`: the runs that had no stored event before this batch, so no tool call either."""
 
     def with_pk(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        return [(pks[row[0]], *row[1:]) for row in rows]
+        return [(states[row[0]].pk, *row[1:], states[row[0]].period) for row in rows]
 
     decisions = [
         (*row[:-1], None if row[-1] is None else Jsonb(row[-1].encode(), dumps=_raw_json))
-        for row in with_pk(projection.decisions)
+        for row in projection.decisions
     ]
-    _copy(cur, DECISIONS, decisions)
+    _copy(cur, DECISIONS, with_pk(decisions))
     _copy(cur, VERDICTS, with_pk(projection.verdicts))
     _copy(cur, EFFECTS, with_pk(projection.effects))
     _copy(cur, REFUSALS, with_pk(projection.refusals))
@@ -262,9 +271,11 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
     merged_calls: list[dict[str, Any]] = []
     for (run_id, call_id), fields in projection.tool_calls.items():
         if run_id in first_batch:
-            new_calls.append((pks[run_id], call_id, *[fields.get(name) for name in TOOL_CALL_FIELDS]))
+            state = states[run_id]
+            new_calls.append((state.pk, call_id, *[fields.get(name) for name in TOOL_CALL_FIELDS], state.period))
         else:
-            merged_calls.append({"run_id": pks[run_id], "tool_call_id": call_id, **fields})
+            state = states[run_id]
+            merged_calls.append({"run_id": state.pk, "period": state.period, "tool_call_id": call_id, **fields})
     _copy(cur, TOOL_CALLS, new_calls)
     if merged_calls:
         # One JSON document for all the calls: psycopg would dump an array per column, element by element.
@@ -276,10 +287,11 @@ def _write_projection(cur: Cursor[Any], projection: Projection, pks: dict[str, i
 # with the highest seq gives the start's columns and the end with the highest seq the end's,
 # together (an end without `error` clears the `error` an earlier end set), whatever the batching.
 TOOL_CALL_UPSERT: Final = """
-    INSERT INTO ledger_toolcall AS t (run_id, tool_call_id, tool_name, error, status, duration_ms, start_seq, end_seq)
-    SELECT * FROM jsonb_to_recordset(%b) AS c(run_id int8, tool_call_id text, tool_name text, error bool,
+    INSERT INTO ledger_toolcall AS t (run_id, period, tool_call_id, tool_name, error, status, duration_ms, start_seq,
+        end_seq)
+    SELECT * FROM jsonb_to_recordset(%b) AS c(run_id int8, period int4, tool_call_id text, tool_name text, error bool,
         status text, duration_ms int8, start_seq int4, end_seq int4)
-    ON CONFLICT (run_id, tool_call_id) DO UPDATE SET
+    ON CONFLICT (run_id, tool_call_id, period) DO UPDATE SET
         tool_name = CASE WHEN EXCLUDED.start_seq > t.start_seq OR t.start_seq IS NULL
                          THEN EXCLUDED.tool_name ELSE t.tool_name END,
         start_seq = CASE WHEN EXCLUDED.start_seq > t.start_seq OR t.start_seq IS NULL
@@ -292,20 +304,20 @@ TOOL_CALL_UPSERT: Final = """
 """
 
 
-def _gaps(cur: Cursor[Any], run_pk: int) -> tuple[list[list[int]], bool]:
+def _gaps(cur: Cursor[Any], run_pk: int, period: int) -> tuple[list[list[int]], bool]:
     cur.execute(
         """
         SELECT gap_from, gap_to FROM (
             SELECT -1::int8 AS seq, min(seq)::int8 AS next_seq FROM ledger_runevent
-            WHERE run_id = %(run)s AND seq IS NOT NULL
+            WHERE run_id = %(run)s AND period = %(period)s AND seq IS NOT NULL
             UNION ALL  -- int8: seq + 1 must not overflow at the largest seq (2**31 - 1)
             SELECT seq::int8, (lead(seq) OVER (ORDER BY seq))::int8 FROM ledger_runevent
-            WHERE run_id = %(run)s AND seq IS NOT NULL
+            WHERE run_id = %(run)s AND period = %(period)s AND seq IS NOT NULL
         ) AS s(seq, next_seq), LATERAL (SELECT seq + 1, next_seq - 1) AS g(gap_from, gap_to)
         WHERE next_seq > seq + 1
         ORDER BY gap_from LIMIT %(limit)s
         """,
-        {"run": run_pk, "limit": MAX_GAPS_REPORTED + 1},
+        {"run": run_pk, "period": period, "limit": MAX_GAPS_REPORTED + 1},
     )
     gaps = [[int(a), int(b)] for a, b in cur.fetchall()]
     return gaps[:MAX_GAPS_REPORTED], len(gaps) > MAX_GAPS_REPORTED
@@ -361,12 +373,14 @@ def events_ingest(
                     head = state.head
                     for offset, event in enumerate(fresh):
                         prev, head = head, link_hash(head, event.body)
-                        rows.append(state.pk, state.chain_length + offset, event, _tool_call_id(event), prev, head)
+                        rows.append(
+                            state.pk, state.period, state.chain_length + offset, event, _tool_call_id(event), prev, head
+                        )
                     state.chain_length += len(fresh)
                     state.head = head
                 rows.finish()
         projection = project_events(new_events)
-        _write_projection(cur, projection, {run_id: s.pk for run_id, s in states.items()}, first_batch)
+        _write_projection(cur, projection, states, first_batch)
 
         for run_id in sorted(by_run):
             state = states[run_id]
@@ -411,7 +425,7 @@ def events_ingest(
                 },
             )
             event_count, max_seq = cur.fetchone()  # type: ignore[misc]
-            gaps, truncated = ([], False) if event_count == max_seq + 1 else _gaps(cur, state.pk)
+            gaps, truncated = ([], False) if event_count == max_seq + 1 else _gaps(cur, state.pk, state.period)
             head_hex = state.head.hex()
             receipts.append(
                 RunReceipt(

@@ -11,7 +11,7 @@ tombstone, never neither.
 import hashlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import orjson
@@ -21,9 +21,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from footprint_site.lib.db import session_connection
+from ledger import partitions
 from ledger.audits.selectors import run_audit_bundle
 from ledger.models import LedgerRetention, OtlpSpan, Run, RunHold, RunTombstone
-from ledger.retention import archive
+from ledger.retention import archive, periods
 from tenancy.models import AdminChange, Project
 from tenancy.services import Actor, admin_change_record
 
@@ -111,6 +112,7 @@ class RetentionPass:
     records: int
     skipped: int
     failed: int
+    periods_dropped: int = 0  # whole months whose partitions were dropped (ledger.retention.periods)
 
 
 def runs_retention_pass(
@@ -125,7 +127,11 @@ def runs_retention_pass(
     if not locked:
         return RetentionPass(0, 0, 0, 0)  # another pass is at it: the same runs would be archived twice
     try:
-        return _retention_pass(now or timezone.now(), limit, time.monotonic() + budget_seconds)
+        now = now or timezone.now()
+        deadline = time.monotonic() + budget_seconds
+        drops = periods.periods_drop_due(now=now, deadline=deadline, archive_run=run_archive_and_remove)
+        done = _retention_pass(now, limit, deadline)
+        return replace(done, periods_dropped=sum(drop.dropped for drop in drops))
     finally:
         with session_connection().cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(hashtext('footprint.runs-retention'))")
@@ -161,9 +167,14 @@ def _retention_pass(now: datetime, limit: int, deadline: float) -> RetentionPass
     return RetentionPass(removed, records, skipped, failed)
 
 
-def run_archive_and_remove(*, run_pk: int, keep_days: int) -> RunTombstone | None:
+def run_archive_and_remove(
+    *, run_pk: int, keep_days: int, rows_dropped_with_period: bool = False
+) -> RunTombstone | None:
     """Archive one run, check the archive, then remove the run and write its tombstone in one
-    transaction. None when the run is gone, held, busy or grew since its archive was written."""
+    transaction. None when the run is gone, held, busy or grew since its archive was written.
+
+    `rows_dropped_with_period`: the run's rows in the partitioned tables are left for its month's
+    partition drop (ledger.retention.periods), which follows once every run of the month is done."""
     run = Run.objects.select_related("project").filter(pk=run_pk).first()
     if run is None:
         return None
@@ -192,20 +203,30 @@ def run_archive_and_remove(*, run_pk: int, keep_days: int) -> RunTombstone | Non
             archive_sha256=digest,
             archive_bytes=len(body),
         )
-        _delete_run_rows(run)
+        _delete_run_rows(run, partitioned_rows=not rows_dropped_with_period)
     logger.info(
         "retention removed run %s of %s (%d records) to %s", run.run_id, run.project.slug, run.chain_length, location
     )
     return tombstone
 
 
-def _delete_run_rows(run: Run) -> None:
+def _delete_run_rows(run: Run, *, partitioned_rows: bool = True) -> None:
     """Every row that belongs to the run, table by table in SQL (the ORM's cascade would load the
-    ids of a 100,000-event run into memory first), then the run itself."""
+    ids of a 100,000-event run into memory first), then the run itself. In the partitioned tables,
+    by the run's period (its one partition), unless `partitioned_rows` is False: then they go with
+    the partition."""
     with connection.cursor() as cur:
         for field in run_foreign_keys():
+            table = field.model._meta.db_table
+            if table in partitions.TABLES:
+                if partitioned_rows:
+                    cur.execute(
+                        f'DELETE FROM "{table}" WHERE "{field.column}" = %s AND period = %s',  # noqa: S608 - names from the models
+                        [run.pk, run.period],
+                    )
+                continue
             cur.execute(
-                f'DELETE FROM "{field.model._meta.db_table}" WHERE "{field.column}" = %s',  # noqa: S608 - names from the models
+                f'DELETE FROM "{table}" WHERE "{field.column}" = %s',  # noqa: S608 - names from the models
                 [run.pk],
             )
         cur.execute('DELETE FROM "ledger_run" WHERE id = %s', [run.pk])

@@ -154,9 +154,9 @@ def test_a_record_added_past_the_head_without_touching_the_run_row_is_named(run)
     body = json.dumps(forged, sort_keys=True, separators=(",", ":"))
     with connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO ledger_runevent (run_id, position, seq, type, tool_call_id, wall_clock_ms, body, doc,"
-            " prev_hash, hash) VALUES (%s, 76, 76, %s, 't9', 1796043009999, %s, %s::jsonb, %s, %s)",
-            [run.pk, forged["type"], body, body, head, link_hash(head, body.encode())],
+            "INSERT INTO ledger_runevent (run_id, period, position, seq, type, tool_call_id, wall_clock_ms, body,"
+            " doc, prev_hash, hash) VALUES (%s, %s, 76, 76, %s, 't9', 1796043009999, %s, %s::jsonb, %s, %s)",
+            [run.pk, run.period, forged["type"], body, body, head, link_hash(head, body.encode())],
         )
 
     verdict = run_chain_verify(run=run)

@@ -49,9 +49,9 @@ def _hold_the_next_event_of(run_pk: int) -> None:
     """Insert, uncommitted, the run's event at position 1: a batch writing it waits on this one."""
     with connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO ledger_runevent (run_id, seq, position, type, body, doc, prev_hash, hash)"
-            " VALUES (%s, 1, 1, 'blocker', '{}', '{}', %s, %s)",
-            [run_pk, bytes(32), bytes(32)],
+            "INSERT INTO ledger_runevent (run_id, period, seq, position, type, body, doc, prev_hash, hash)"
+            " SELECT id, period, 1, 1, 'blocker', '{}', '{}', %s, %s FROM ledger_run WHERE id = %s",
+            [bytes(32), bytes(32), run_pk],
         )
 
 

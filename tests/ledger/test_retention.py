@@ -159,7 +159,7 @@ def test_a_pass_stopped_after_archiving_leaves_the_run_in_place(
     transaction, so neither happened; the next pass writes the archive again and removes the run."""
     services.run_retention_set(project=project, keep_days=30, actor=UNNAMED)
 
-    def killed(run: Run) -> None:
+    def killed(run: Run, **_: Any) -> None:
         raise SystemExit("worker killed")
 
     with monkeypatch.context() as patched:
