@@ -21,7 +21,7 @@ from artifacts.payloads import canonical_bytes
 from artifacts.refs import is_ref, mint_ref
 from artifacts.rows import RowShape
 from artifacts.scopes import Scope
-from footprint_site.lib.db import prepared_cursor, session_connection
+from footprint_site.lib.db import partition_detach_and_drop, prepared_cursor, session_connection
 from footprint_site.lib.ids import RUN_ID_RULE, is_run_id
 from footprint_site.lib.js import js_stringify, js_trim
 from footprint_site.lib.jsonbody import json_holds_nul
@@ -531,19 +531,10 @@ def _day_end_ms(day: Any) -> int:
 
 
 def _drop_partition(cursor: Any, name: str) -> int:
-    """Detach without blocking readers (CONCURRENTLY needs autocommit), then drop; returns its size."""
+    """Detach and drop the partition; returns its size."""
     cursor.execute("SELECT pg_total_relation_size(%s::regclass)", [name])
     size = int(cursor.fetchone()[0])
-    cursor.execute(
-        "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relname = %s",
-        [name],
-    )
-    row = cursor.fetchone()
-    if row is not None:
-        # A detach interrupted midway (a killed worker) is finished, not restarted.
-        mode = "FINALIZE" if row[0] else "CONCURRENTLY"
-        cursor.execute(f"ALTER TABLE artifacts_payload DETACH PARTITION {name} {mode}")
-    cursor.execute(f"DROP TABLE IF EXISTS {name}")
+    partition_detach_and_drop(cursor, "artifacts_payload", name)
     return size
 
 

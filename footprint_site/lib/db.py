@@ -87,3 +87,17 @@ def runs_past_mark_fold(
             batch_records += stop - start
         folded += fold(batch)
     return folded
+
+
+def partition_detach_and_drop(cursor: Any, table: str, name: str) -> None:
+    """Detach partition `name` of `table` without blocking its readers or writers (CONCURRENTLY
+    needs autocommit), then drop it. A detach a killed pass left pending is finished, not restarted."""
+    cursor.execute(
+        "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relname = %s",
+        [name],
+    )
+    row = cursor.fetchone()
+    if row is not None:
+        mode = "FINALIZE" if row[0] else "CONCURRENTLY"
+        cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name} {mode}")
+    cursor.execute(f"DROP TABLE IF EXISTS {name}")

@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import connection, transaction
 
+from footprint_site.lib.db import partition_detach_and_drop
 from ledger import partitions
 from ledger.models import Run, RunTombstone
 from ledger.retention import archive
@@ -128,20 +128,6 @@ def period_drop(*, period: int, now: datetime, archive_run: ArchiveRun, deadline
             partition_detach_and_drop(cur, table, partitions.partition_name(table, period))
     logger.info("retention dropped month %s: %d runs archived, %d kept", period, archived, len(to_keep))
     return PeriodDrop(period, archived, len(to_keep), dropped=True)
-
-
-def partition_detach_and_drop(cursor: Any, table: str, name: str) -> None:
-    """Detach without blocking readers or writers of the table (CONCURRENTLY needs autocommit),
-    then drop. A detach a killed pass left pending is finished, not restarted."""
-    cursor.execute(
-        "SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relname = %s",
-        [name],
-    )
-    row = cursor.fetchone()
-    if row is not None:
-        mode = "FINALIZE" if row[0] else "CONCURRENTLY"
-        cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name} {mode}")
-    cursor.execute(f"DROP TABLE IF EXISTS {name}")
 
 
 def run_rehome(*, run_pk: int, period: int) -> int:
