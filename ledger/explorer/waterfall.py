@@ -205,6 +205,31 @@ def _span_bar(waterfall: Waterfall, kind: str, start: int, end: int, position: i
     )
 
 
+# Side by side, buckets of one shade are one bar of up to this many cells: they look the same,
+# and a dense lane of a long run was 120 links (120 tab stops) saying the same thing.
+MERGED_CELLS = 8
+
+
+def _merged_cells(cells: list[tuple[int, int, int]], busiest: int) -> list[tuple[int, int, int, int, int]]:
+    """(first bucket, last bucket, spans, refused, density): neighbouring buckets of the same
+    density, refused or not alike, merged up to MERGED_CELLS."""
+    merged: list[tuple[int, int, int, int, int]] = []
+    for bucket, spans, refused in cells:
+        density = 1 + min(3, 4 * spans // (busiest + 1))
+        if merged:
+            first, last, total, total_refused, shade = merged[-1]
+            if (
+                bucket == last + 1
+                and density == shade
+                and bool(refused) == bool(total_refused)
+                and bucket - first < MERGED_CELLS
+            ):
+                merged[-1] = (first, bucket, total + spans, total_refused + refused, shade)
+                continue
+        merged.append((bucket, bucket, spans, refused, density))
+    return merged
+
+
 def _bucket_bars(
     waterfall: Waterfall, lane: Lane, cells: list[tuple[int, int, int]], origin_ms: float, cell_ms: float
 ) -> list[Bar]:
@@ -219,13 +244,13 @@ def _bucket_bars(
     bars = []
     end_text = ""
     previous = None
-    for bucket, spans, refused in cells:
-        start = origin_ms + bucket * cell_ms
-        # Adjacent cells share a boundary: its words are written once.
-        start_text = end_text if previous == bucket - 1 else duration_ms_text(start)
-        end_text, previous = duration_ms_text(start + cell_ms), bucket
+    for first, last, spans, refused, density in _merged_cells(cells, busiest):
+        start, end = origin_ms + first * cell_ms, origin_ms + (last + 1) * cell_ms
+        # Adjacent bars share a boundary: its words are written once.
+        start_text = end_text if previous == first - 1 else duration_ms_text(start)
+        end_text, previous = duration_ms_text(end), last
         x0 = start if start > from_ms else from_ms
-        x1 = start + cell_ms if start + cell_ms < to_ms else to_ms
+        x1 = end if end < to_ms else to_ms
         refused_text = f", {refused} refused" if refused else ""
         bars.append(
             Bar(
@@ -234,8 +259,8 @@ def _bucket_bars(
                 kind=kind,
                 title=f"{spans} {lane.label}{refused_text}, {start_text} to {end_text}: zoom in",
                 refused=bool(refused),
-                zoom=(int(start), max(int(start + cell_ms + 0.999), int(start) + NARROWEST_WINDOW_MS)),
-                density=1 + min(3, 4 * spans // (busiest + 1)),
+                zoom=(int(start), max(int(end + 0.999), int(start) + NARROWEST_WINDOW_MS)),
+                density=density,
             )
         )
     return bars

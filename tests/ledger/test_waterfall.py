@@ -235,7 +235,8 @@ def test_a_zoom_into_a_dense_lane_reads_its_cells_not_its_spans(dense_run):
     assert any("ledger_runspancell" in q["sql"] for q in queries)
     steps = _lane(chart, "dispatch steps")
     assert steps.aggregated
-    assert span_index.CELL_SPLIT * waterfall.WINDOW_BUCKETS // 16 <= len(steps.bars) <= waterfall.WINDOW_BUCKETS + 1
+    cells_shown = span_index.CELL_SPLIT * waterfall.WINDOW_BUCKETS // 16
+    assert cells_shown // waterfall.MERGED_CELLS <= len(steps.bars) <= waterfall.WINDOW_BUCKETS + 1
     first, last = (span_index.cell_of(ms, duration, 1) for ms in (start, end))
     behind = [
         s
@@ -243,8 +244,9 @@ def test_a_zoom_into_a_dense_lane_reads_its_cells_not_its_spans(dense_run):
         if first <= span_index.cell_of(s, duration, 1) <= last
     ]
     assert steps.spans == len(behind) == sum(int(re.match(r"\d+", bar.title).group()) for bar in steps.bars)
-    # Each bucket zooms into its own cell, and sits inside the window.
-    assert all(bar.zoom is not None and bar.zoom[1] - bar.zoom[0] <= duration / 480 + 2 for bar in steps.bars)
+    # Each bar zooms into its own cells (at most MERGED_CELLS of them), and sits inside the window.
+    widest = waterfall.MERGED_CELLS * duration / 480 + 2
+    assert all(bar.zoom is not None and bar.zoom[1] - bar.zoom[0] <= widest for bar in steps.bars)
     assert all(bar.x >= 0 and bar.x + bar.width <= waterfall.WIDTH + 0.1 for bar in steps.bars)
 
 
@@ -441,3 +443,17 @@ def test_parallel_branches_each_get_their_own_lane(agent_client, project, audito
     html = auditor_client.get(page(project, "parallel")).content.decode()
     assert "branch web search of research" in html
     assert 'class="bar k-branch' in html
+
+
+def test_neighbouring_buckets_of_one_shade_are_one_bar_of_at_most_eight_cells():
+    # (bucket, spans, refused): ten alike, a gap, a busier one, two with refusals.
+    cells = [(n, 5, 0) for n in range(10)] + [(11, 5, 0), (12, 40, 0), (13, 5, 1), (14, 5, 2)]
+    merged = waterfall._merged_cells(cells, busiest=40)
+    assert merged == [
+        (0, 7, 40, 0, 1),  # eight cells at most
+        (8, 9, 10, 0, 1),
+        (11, 11, 5, 0, 1),  # not next to bucket 9
+        (12, 12, 40, 0, 4),  # another shade
+        (13, 14, 10, 3, 1),  # refusals are not merged with cells without any
+    ]
+    assert sum(spans for _, _, spans, _, _ in merged) == sum(spans for _, spans, _ in cells)
