@@ -4,7 +4,7 @@ Every row of these tables carries its run's period: the month the run was create
 yyyymm (`Run.period`). A run's rows all live in that month's partition however long it runs, so
 (run, position) stays unique under the keys extended by period, and removing a month is dropping
 its partitions. Two more partitions per table: `_legacy`, the table as it was before
-partitioning (period 0, attached in place by migration 0034 rather than copied), and `_kept`,
+partitioning (period 0, attached in place by migration 0036 rather than copied), and `_kept`,
 where retention moves the runs that must outlive the month they were created in.
 
 The partitions of the coming months are created ahead by the beat's `ledger.partitions_ensure`.
@@ -80,15 +80,14 @@ def ensure_partitions_sql(*, existing: Iterable[str], today_period: int | None =
 
 def existing_partitions(cursor: Any = None) -> set[str]:
     """The names of the partitions of every partitioned table."""
-    sql = (
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = ANY(%s)"
-    )
     if cursor is None:
         with connection.cursor() as own:
-            own.execute(sql, [list(TABLES)])
-            return {row[0] for row in own.fetchall()}
-    cursor.execute(sql, [list(TABLES)])
+            return existing_partitions(own)
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = ANY(%s)",
+        [list(TABLES)],
+    )
     return {row[0] for row in cursor.fetchall()}
 
 
