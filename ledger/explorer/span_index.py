@@ -174,15 +174,20 @@ def spans_from_events(events: Iterator[tuple[Any, ...]], refusals: dict[int, str
         rows.append((lane, kind, opened.start_ms, max(now, opened.start_ms), opened.seq, seq, opened.position,
                      opened.label, refused))  # fmt: skip
 
+    def lane_of(given: dict[Any, int], key: Any, first: int, count: int, label: str, overflow: str) -> int:
+        """The lane given to `key`, giving it the next of `count` lanes from `first` (the last one
+        shared by every key past the others: `overflow`)."""
+        if key not in given:
+            shared = len(given) >= count - 1
+            given[key] = first + (count - 1 if shared else len(given))
+            lanes[given[key]] = overflow if shared else label
+        return given[key]
+
     def branch_lane(key: tuple[str, str]) -> int:
-        if key not in branch_lanes:
-            if len(branch_lanes) < BRANCH_LANES - 1:
-                branch_lanes[key] = FIRST_BRANCH_LANE + len(branch_lanes)
-                lanes[branch_lanes[key]] = f"branch {branch_names.get(key, key[1])} of {key[0]}"
-            else:
-                branch_lanes[key] = FIRST_BRANCH_LANE + BRANCH_LANES - 1
-                lanes[branch_lanes[key]] = "other branches"
-        return branch_lanes[key]
+        if key in branch_lanes:
+            return branch_lanes[key]
+        label = f"branch {branch_names.get(key, key[1])} of {key[0]}"
+        return lane_of(branch_lanes, key, FIRST_BRANCH_LANE, BRANCH_LANES, label, "other branches")
 
     def close_branch(key: tuple[str, str], seq: int | None = None) -> None:
         """The branch's span ends at its last event, or at the event that completes it."""
@@ -195,14 +200,7 @@ def spans_from_events(events: Iterator[tuple[Any, ...]], refusals: dict[int, str
         rows.append((lane, kind, now, now, seq, seq, position, label, refused))
 
     def subflow_lane(name: str) -> int:
-        if name not in subflow_lanes:
-            if len(subflow_lanes) < SUBFLOW_LANES - 1:
-                subflow_lanes[name] = FIRST_SUBFLOW_LANE + len(subflow_lanes)
-                lanes[subflow_lanes[name]] = f"subflow {name}"
-            else:
-                subflow_lanes[name] = FIRST_SUBFLOW_LANE + SUBFLOW_LANES - 1
-                lanes[subflow_lanes[name]] = "other subflows"
-        return subflow_lanes[name]
+        return lane_of(subflow_lanes, name, FIRST_SUBFLOW_LANE, SUBFLOW_LANES, f"subflow {name}", "other subflows")
 
     for position, seq, event_type, tool_call_id, wall_clock_ms, subflow_name, gist, composition, forked in events:
         if wall_clock_ms is not None:

@@ -457,3 +457,19 @@ def test_neighbouring_buckets_of_one_shade_are_one_bar_of_at_most_eight_cells():
         (13, 14, 10, 3, 1),  # refusals are not merged with cells without any
     ]
     assert sum(spans for _, _, spans, _, _ in merged) == sum(spans for _, spans, _ in cells)
+
+
+def test_subflows_past_the_lanes_given_share_the_last_one():
+    # One event in each of SUBFLOW_LANES + 2 subflows in turn, then one outside any.
+    names = [f"sf-{n}" for n in range(span_index.SUBFLOW_LANES + 2)] + [None]
+    events = iter(
+        (position, position, "agentfootprint.context.injected", None, 1_000 + position, name, None, None, None)
+        for position, name in enumerate(names)
+    )
+    built = span_index.spans_from_events(events, {})
+    subflow_rows = [row for row in built.rows if row[1] == RunSpan.Kind.SUBFLOW]
+    lanes_used = [row[0] for row in subflow_rows]
+    first, count = span_index.FIRST_SUBFLOW_LANE, span_index.SUBFLOW_LANES
+    assert lanes_used == [*range(first, first + count - 1), first + count - 1, first + count - 1, first + count - 1]
+    assert built.lanes[first] == "subflow sf-0"
+    assert built.lanes[first + count - 1] == "other subflows"
