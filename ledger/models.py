@@ -5,7 +5,7 @@ derived from events and may be enriched (a recording adds `before`/`after` to de
 used as the evidence of record.
 """
 
-from typing import Any
+from typing import Any, Self, TypeVar
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -133,6 +133,18 @@ def ingested_by_run(related_name: str) -> "models.ForeignKey[Run]":
     )
 
 
+_RunRow = TypeVar("_RunRow", bound=models.Model)
+
+
+class RunRowsQuerySet(models.QuerySet[_RunRow]):
+    """Rows of the tables partitioned by month (ledger/partitions.py)."""
+
+    def of_run(self, run: "Run") -> Self:
+        """The run's rows, read from its month's partition only: given the run alone, PostgreSQL
+        looks in the index of every month's partition kept."""
+        return self.filter(run=run, period=run.period)
+
+
 class RunEvent(models.Model):
     """One stored event, a link in its run's hash chain.
 
@@ -160,6 +172,8 @@ class RunEvent(models.Model):
     prev_hash = models.BinaryField(max_length=32)
     hash = models.BinaryField(max_length=32)
     received_at = models.DateTimeField(db_default=Now())
+
+    objects = RunRowsQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -197,6 +211,8 @@ class RunSearchChunk(models.Model):
     first_position = models.IntegerField()
     last_position = models.IntegerField()
     document = SearchVectorField()
+
+    objects = RunRowsQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "first_position", "period"], name="search_chunk_once")]
@@ -240,6 +256,8 @@ class RunSpan(models.Model):
     position = models.IntegerField()
     label = models.TextField()
     refused = models.BooleanField(default=False)
+
+    objects = RunRowsQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["run", "lane", "start_ms"], name="runspan_by_lane_start")]
@@ -286,7 +304,7 @@ class RunSpanOverview(models.Model):
         return f"{self.run_id} overview ({self.indexed_length} records)"
 
 
-class ToolCallQuerySet(models.QuerySet["ToolCall"]):
+class ToolCallQuerySet(RunRowsQuerySet["ToolCall"]):
     def unfinished(self) -> "ToolCallQuerySet":
         """Calls started and not ended since: no end, or (an id used twice) none after the latest start."""
         return self.filter(Q(end_seq__isnull=True) | Q(end_seq__lt=F("start_seq")), start_seq__isnull=False)
@@ -303,7 +321,7 @@ class ToolCallQuerySet(models.QuerySet["ToolCall"]):
 
 def _payload_value(seq_field: str, key: str) -> Subquery:
     value = KeyTransform(key, KeyTransform("payload", "doc"))
-    event = RunEvent.objects.filter(run_id=OuterRef("run_id"), seq=OuterRef(seq_field))
+    event = RunEvent.objects.filter(run_id=OuterRef("run_id"), period=OuterRef("period"), seq=OuterRef(seq_field))
     return Subquery(
         event.annotate(value=value).values("value")[:1], output_field=models.JSONField(decoder=JsonbDecoder)
     )
@@ -364,6 +382,8 @@ class MiddlewareDecision(models.Model):
     before = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
     after = models.JSONField(decoder=JsonbDecoder, null=True, blank=True)
 
+    objects = RunRowsQuerySet.as_manager()
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="decision_unique_seq")]
 
@@ -386,6 +406,8 @@ class PermissionVerdict(models.Model):
     policy_rule_id = models.TextField(null=True, blank=True)
     rationale = models.TextField(null=True, blank=True)
     reason = models.TextField(null=True, blank=True)
+
+    objects = RunRowsQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="verdict_unique_seq")]
@@ -412,6 +434,8 @@ class ToolEffect(models.Model):
     delivery_lease = models.TextField(null=True, blank=True)
     refusal_reason = models.TextField(null=True, blank=True)
     superseded_by = models.TextField(null=True, blank=True)
+
+    objects = RunRowsQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="effect_unique_seq")]
@@ -450,6 +474,8 @@ class Refusal(models.Model):
     tool_call_id = models.TextField(null=True, blank=True)
     iteration = models.IntegerField(null=True, blank=True)
     wall_clock_ms = models.BigIntegerField(null=True, blank=True)
+
+    objects = RunRowsQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq", "period"], name="refusal_unique_seq")]

@@ -201,14 +201,15 @@ class PriorCall:
 
 def _payload_text(seq_field: str, key: str, limit: int) -> Subquery:
     """The first `limit` characters of one payload member of a call's start or end event, as JSON text."""
-    event = RunEvent.objects.filter(run_id=OuterRef("run_id"), seq=OuterRef(seq_field))
+    event = RunEvent.objects.filter(run_id=OuterRef("run_id"), period=OuterRef("period"), seq=OuterRef(seq_field))
     value = Left(Cast(KeyTransform(key, KeyTransform("payload", "doc")), TextField()), limit)
     return Subquery(event.annotate(value=value).values("value")[:1], output_field=TextField())
 
 
 def _prior_calls(run: Run, before_seq: int) -> list[PriorCall]:
     rows = (
-        ToolCall.objects.filter(run=run, start_seq__lt=before_seq)
+        ToolCall.objects.of_run(run)
+        .filter(start_seq__lt=before_seq)
         .annotate(
             args_text=_payload_text("start_seq", "args", RESULT_SUMMARY_CHARS * 2),
             result_text=_payload_text("end_seq", "result", RESULT_SUMMARY_CHARS * 2),
@@ -232,7 +233,8 @@ def _last_model_message(run: Run, before_seq: int) -> str | None:
     """What the model last said before the ask (its latest `stream.llm_end` content)."""
     content = Left(KeyTextTransform("content", KeyTransform("payload", "doc")), MODEL_MESSAGE_CHARS)
     text = (
-        RunEvent.objects.filter(run=run, seq__lt=before_seq, type=LLM_END)
+        RunEvent.objects.of_run(run)
+        .filter(seq__lt=before_seq, type=LLM_END)
         .order_by("-seq")
         .annotate(content=content)
         .values_list("content", flat=True)

@@ -160,7 +160,7 @@ def run_audit_bundle(*, run: Run) -> dict[str, Any]:
     """The run's ledger as an `agentfootprint.audit/1` bundle (payloads verbatim) that the
     framework's `verifyAuditBundle` accepts: a genesis record, then every stored event in store
     order, server-authored decisions included."""
-    events = RunEvent.objects.filter(run=run).order_by("position").values_list("body", "received_at")
+    events = RunEvent.objects.of_run(run).order_by("position").values_list("body", "received_at")
     records: list[dict[str, Any]] = []
     for body, received_at in events.iterator(chunk_size=2000):
         event = orjson.loads(body)
@@ -237,7 +237,7 @@ def _receipt_verdict(project: Project, receipt: dict[str, Any], run: Run | None)
             "reason": f"The server signed {records} records of this run; its chain now has {run.chain_length}: "
             f"the last {records - run.chain_length} were removed.",
         }
-    stored = RunEvent.objects.filter(run=run, position=records - 1).values_list("hash", flat=True).first()
+    stored = RunEvent.objects.of_run(run).filter(position=records - 1).values_list("hash", flat=True).first()
     if stored is None or bytes(stored).hex() != head:
         return {
             **answer,

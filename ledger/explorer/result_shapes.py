@@ -197,8 +197,10 @@ def result_shapes_of_calls(*, run: Run, calls: Iterable[Any]) -> dict[str, list[
     ids = [call.tool_call_id for call in calls]
     if not ids:
         return found
-    events = RunEvent.objects.filter(run=run, tool_call_id__in=ids, type=SEMANTICS_EVENT).only(
-        "tool_call_id", "doc", "body"
+    events = (
+        RunEvent.objects.of_run(run)
+        .filter(tool_call_id__in=ids, type=SEMANTICS_EVENT)
+        .only("tool_call_id", "doc", "body")
     )
     for event in events.order_by("seq"):
         payload = _payload(event)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from django.core.cache import cache
 from django.db import connections
-from django.db.models import F, Q, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from artifacts.kinds import default_result_tool
@@ -25,7 +25,7 @@ from ledger.audits.integrity_selectors import integrity_check_latest
 from ledger.explorer import selectors
 from ledger.explorer.result_shapes import ResultShape, result_shapes_of_calls
 from ledger.ingest.envelopes import OTLP_RUN_PREFIX
-from ledger.models import Ask, MiddlewareDecision, OtlpSpan, Run, RunEvent, ToolCall
+from ledger.models import Ask, MiddlewareDecision, OtlpSpan, PermissionVerdict, Refusal, Run, RunEvent, ToolCall
 from ledger.otlp.wire import iteration_number
 from ledger.refusals.selectors import CallWindow, resumed_tool_calls, tool_named_steps
 
@@ -168,7 +168,7 @@ def run_timeline_page(*, run: Run, after_seq: int = -1, limit: int = TIMELINE_PA
 def run_event_get(*, run: Run, position: int) -> RunEvent | None:
     """One stored record with its bytes, for the drawer. Server-authored records have no seq, so
     records are addressed by their place in the chain."""
-    return RunEvent.objects.filter(run=run, period=run.period, position=position).first()
+    return RunEvent.objects.of_run(run).filter(position=position).first()
 
 
 @dataclass
@@ -213,7 +213,7 @@ def run_resume_links(*, run: Run, tool_call_ids: list[str] | None = None) -> lis
     # Read first, not as a subquery: PostgreSQL cannot estimate how few calls are unfinished
     # (end_seq < start_seq) and scanned every later run's calls for them (9 ms on 100,000 runs).
     paused_here = list(ToolCall.objects.unfinished().filter(run=run).values_list("tool_call_id", flat=True))
-    resumed_here = resumed_tool_calls(ToolCall.objects.filter(run=run)).filter(origin_run_id__isnull=False)
+    resumed_here = resumed_tool_calls(ToolCall.objects.of_run(run)).filter(origin_run_id__isnull=False)
     resumed_later = resumed_tool_calls(
         ToolCall.objects.filter(run__project_id=run.project_id, run_id__gt=run.pk, tool_call_id__in=paused_here)
     ).filter(origin_run_id=run.pk)
@@ -512,9 +512,8 @@ def run_verdicts_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's middleware decisions, grouped by moment in the spec's order (others
     after), each with a line diff of before/after where a recording supplied them, and of its
     permission verdicts; `next_after_seq` when more follow."""
-    (decisions, verdicts), next_after_seq = keyset_pages(
-        [run.decisions.all(), run.verdicts.all()], order="seq", after=after_seq, limit=TAB_LIMIT
-    )
+    of_run: list[QuerySet[Any]] = [MiddlewareDecision.objects.of_run(run), PermissionVerdict.objects.of_run(run)]
+    (decisions, verdicts), next_after_seq = keyset_pages(of_run, order="seq", after=after_seq, limit=TAB_LIMIT)
     grouped: dict[str, list[VerdictRow]] = {}
     for decision in decisions:
         grouped.setdefault(decision.moment, []).append(VerdictRow(decision, _diff(decision)))
@@ -611,7 +610,7 @@ def run_artifact_activity(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
 
 def run_refusals_page(*, run: Run, after_seq: int = -1) -> dict[str, Any]:
     """A page of the run's refusals in seq order; `next_after_seq` when more follow."""
-    page = keyset_page(run.refusals.all(), order="seq", after=after_seq, limit=TAB_LIMIT)
+    page = keyset_page(Refusal.objects.of_run(run), order="seq", after=after_seq, limit=TAB_LIMIT)
     return {"refusals": page.items, "next_after_seq": page.next_after}
 
 

@@ -29,7 +29,7 @@ _PENDING_RUNS_MATCHING = """
     SELECT r.id FROM ledger_run r
     CROSS JOIN LATERAL (
         SELECT 1 FROM ledger_runevent e
-        WHERE e.run_id = r.id AND e.position >= r.search_indexed
+        WHERE e.run_id = r.id AND e.period = r.period AND e.position >= r.search_indexed
             AND to_tsvector('simple', left(e.body, %s)) @@ plainto_tsquery('simple', %s)
         LIMIT 1
     ) AS unindexed_match
@@ -107,7 +107,7 @@ def run_list(
         if value:
             runs = runs.filter(**{lookup: value})
     if f.tool:
-        calls = ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=f.tool)
+        calls = ToolCall.objects.filter(run_id=OuterRef("pk"), period=OuterRef("period"), tool_name=f.tool)
         runs = runs.filter(Exists(calls.filter(error=True) if f.tool_failed else calls))
     if f.has_refusals:
         runs = runs.filter(refusal_count__gt=0)
@@ -169,7 +169,7 @@ def run_events_page(*, run: Run, after_seq: int = -1, limit: int = 100) -> Page[
     counts. The page ends with an agent's event and the server's records that follow it."""
     fields = ("seq", "position", "type", "tool_call_id", "body", "wall_clock_ms", "hash", "run_id")
     # With the run's period the planner reads its one partition, not an index of every month's.
-    of_run = RunEvent.objects.filter(run=run, period=run.period).only(*fields)
+    of_run = RunEvent.objects.of_run(run).only(*fields)
     page = keyset_page(of_run, order="seq", after=after_seq, limit=limit)
     follows = run_server_records_following(run=run, after_seq=after_seq, upto_seq=page.next_after)
     if not follows:

@@ -145,7 +145,8 @@ def _overview(run: Run, *, whole_run: bool) -> RunSpanOverview:
 # plainly, it estimated the lanes' union as most of the run and scanned the run's spans whole.
 _LANES = "unnest(%(lanes)s::int[], %(lows)s::bigint[]) AS w(lane, low)"
 _IN_WINDOW = (
-    "s.run_id = %(run)s AND s.lane = w.lane AND s.start_ms >= w.low AND s.start_ms <= %(to)s AND s.end_ms >= %(from)s"
+    "s.run_id = %(run)s AND s.period = %(period)s AND s.lane = w.lane AND s.start_ms >= w.low"
+    " AND s.start_ms <= %(to)s AND s.end_ms >= %(from)s"
 )
 # How many spans each lane has in the window, counted no further than one past LANE_SPANS_SHOWN:
 # past that the lane is drawn as buckets, whose counts say how many.
@@ -298,7 +299,8 @@ def run_waterfall(*, run: Run, from_ms: int | None = None, to_ms: int | None = N
     longest = {entry["lane"]: entry.get("longest", overview.duration_ms) for entry in overview.lanes}
     levels = {entry["lane"]: entry.get("levels", 0) for entry in overview.lanes}  # none: indexed before cells
     params: dict[str, Any] = {
-        "run": run.pk, "from": start, "to": end, "buckets": WINDOW_BUCKETS, "cap": LANE_SPANS_SHOWN + 1,
+        "run": run.pk, "period": run.period, "from": start, "to": end,
+        "buckets": WINDOW_BUCKETS, "cap": LANE_SPANS_SHOWN + 1,
     }  # fmt: skip
 
     def lanes_from(numbers: list[int]) -> dict[str, Any]:

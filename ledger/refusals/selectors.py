@@ -352,7 +352,7 @@ def validation_issues(payload: dict[str, Any]) -> list[dict[str, Any]]:
 def run_dispositions(run: Run) -> list[dict[str, Any]]:
     """The rows of the run's last checker accounting (`integrity.disposition`: one row per check
     and seam; five from 9.63, with `unsupported-argument` at the choice seam)."""
-    event = RunEvent.objects.filter(run=run, type=DISPOSITION_EVENT).order_by("-position").first()
+    event = RunEvent.objects.of_run(run).filter(type=DISPOSITION_EVENT).order_by("-position").first()
     rows = _payload(event).get("rows")
     return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
 
@@ -446,7 +446,7 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
     """
     refusal = _refusal_get_for_user(user, refusal_id)
     run = refusal.run
-    event = RunEvent.objects.filter(run=run, seq=refusal.seq).first()
+    event = RunEvent.objects.of_run(run).filter(seq=refusal.seq).first()
     payload = _payload(event)
     call, inferred = _tool_call_of(refusal, run)
     origin = _origin_of(call) if call is not None and call.start_seq is None else None
@@ -503,7 +503,7 @@ def refusal_chain(*, user: User | AnonymousUser, refusal_id: int) -> RefusalChai
 
     model_read, model_read_source = _model_read(refusal, payload, call)
     detail = payload.get("detail")
-    next_events = RunEvent.objects.filter(run=run, seq__gt=refusal.seq).order_by("seq")[:NEXT_EVENTS_SHOWN]
+    next_events = RunEvent.objects.of_run(run).filter(seq__gt=refusal.seq).order_by("seq")[:NEXT_EVENTS_SHOWN]
     return RefusalChain(
         refusal=refusal,
         run=run,

@@ -3,6 +3,7 @@ partition, reads that know the run prune to it, months are created ahead exactly
 many beats run, and the upgrade from the single tables keeps every run verifiable while the
 version before goes on writing."""
 
+import re
 import threading
 import time
 from typing import Any
@@ -14,7 +15,17 @@ from django.db.migrations.executor import MigrationExecutor
 
 from footprint_site.lib.chain import link_hash
 from ledger import partitions
-from ledger.models import Run
+from ledger.models import (
+    MiddlewareDecision,
+    PermissionVerdict,
+    Refusal,
+    Run,
+    RunEvent,
+    RunSearchChunk,
+    RunSpan,
+    ToolCall,
+    ToolEffect,
+)
 from tests.conftest import fixture_events
 
 BEFORE_PARTITIONS = ("ledger", "0035_waterfall_cells_and_branch_lanes")
@@ -72,6 +83,39 @@ def test_a_read_that_names_the_runs_period_reads_one_partition() -> None:
     assert "ledger_runevent_legacy" in every_month
     assert pruned.count(" on ledger_runevent_") == 1
     assert f" on ledger_runevent_p{month} " in pruned
+
+
+def _partitions_scanned(plan: str, table: str) -> set[str]:
+    """The partitions of `table` a plan reads (its indexes' names, which extend them, are not counted)."""
+    return set(re.findall(rf"\b{table}_(p\d{{6}}|legacy|kept)\b", plan))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "model", [RunEvent, MiddlewareDecision, PermissionVerdict, ToolEffect, Refusal, ToolCall, RunSpan, RunSearchChunk]
+)
+def test_the_rows_of_one_run_are_read_from_its_months_partition_only(agent_client, model: Any) -> None:
+    assert agent_client.ingest(fixture_events("a-run-recording/events.json")).status_code == 200
+    run = Run.objects.get(run_id=RUN_ID)
+
+    plan = model.objects.of_run(run).explain()
+
+    assert _partitions_scanned(plan, model._meta.db_table) == {f"p{run.period}"}
+
+
+@pytest.mark.django_db
+def test_a_calls_arguments_are_read_from_its_runs_partition_at_run_time(agent_client) -> None:
+    """`with_args_and_result` reads each call's start and end event: PostgreSQL prunes the
+    other months' partitions as it runs the subquery, call by call."""
+    assert agent_client.ingest(fixture_events("a-run-recording/events.json")).status_code == 200
+    run = Run.objects.get(run_id=RUN_ID)
+    calls = ToolCall.objects.of_run(run).with_args_and_result()
+    assert any(call.args is not None for call in calls)
+
+    plan = calls.explain(analyze=True)
+    read = [line for line in plan.splitlines() if "ledger_runevent_" in line and "never executed" not in line]
+
+    assert _partitions_scanned("\n".join(read), "ledger_runevent") == {f"p{run.period}"}
 
 
 @pytest.mark.django_db(transaction=True)
