@@ -75,6 +75,10 @@ class Membership(models.Model):
         return f"{self.user} is {self.role} of {self.project}"
 
 
+# The roles whose people may decide a project's asks (auditors read them only).
+DECIDING_ROLES = (Membership.Role.APPROVER, Membership.Role.ADMIN)
+
+
 class AdminChangeQuerySet(models.QuerySet["AdminChange"]):
     """The record is append-only: a bulk update or delete is refused (a project's deletion still
     takes its record with it, through the cascade, which does not go through the queryset)."""

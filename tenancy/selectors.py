@@ -8,7 +8,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from footprint_site.pagination import Page, keyset_page
-from tenancy.models import AdminChange, AgentKey, Membership, Project
+from tenancy.models import DECIDING_ROLES, AdminChange, AgentKey, Membership, Project
 from tenancy.services import hash_secret
 
 
@@ -64,9 +64,7 @@ def approver_projects(user: User | AnonymousUser) -> QuerySet[Project]:
         return Project.objects.none()
     if user.is_superuser:
         return Project.objects.all()
-    return Project.objects.filter(
-        memberships__user=user, memberships__role__in=[Membership.Role.APPROVER, Membership.Role.ADMIN]
-    )
+    return Project.objects.filter(memberships__user=user, memberships__role__in=DECIDING_ROLES)
 
 
 def admin_change_list_for_project(*, project: Project, cursor: str | None, limit: int) -> Page[AdminChange]:

@@ -5,7 +5,6 @@ page (its approvers and admins)."""
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -13,9 +12,8 @@ from django.views.decorators.http import require_GET, require_POST
 from footprint_site.login_redirects import login_required_returning_to
 from footprint_site.pages import HtmxHttpRequest, project_for_admin, project_for_role, signed_in_user
 from ledger.asks import approver_selectors, approvers, standing
-from ledger.asks import selectors as ask_selectors
 from ledger.asks import views as ask_views
-from ledger.exceptions import ApproverRuleInvalid, AskNotFound, LedgerError
+from ledger.exceptions import ApproverRuleInvalid, LedgerError
 from ledger.forms import (
     ApprovalRuleForm,
     ApproverGroupForm,
@@ -24,10 +22,9 @@ from ledger.forms import (
     StandingLimitsForm,
 )
 from ledger.models import ApprovalRule, ApproverGroup, StandingApproval
-from tenancy.models import Membership, Project
+from tenancy.models import DECIDING_ROLES, Project
 from tenancy.services import Actor
 
-DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
 ADMIN_ONLY = "Only admins of this project may change who decides its asks."
 DECIDERS_ONLY = "Only approvers and admins of this project may see and change its standing approvals."
 
@@ -185,13 +182,13 @@ def _standing_page(request: HtmxHttpRequest, project: Project, problem: str | No
 @require_GET
 @login_required
 def standing_approvals(request: HtmxHttpRequest, project_slug: str) -> HttpResponse:
-    return _standing_page(request, project_for_role(request, project_slug, DECIDERS, DECIDERS_ONLY))
+    return _standing_page(request, project_for_role(request, project_slug, DECIDING_ROLES, DECIDERS_ONLY))
 
 
 @require_POST
 @login_required_returning_to("asks:standing-approvals", "project_slug")
 def standing_revoke(request: HtmxHttpRequest, project_slug: str, standing_id: int) -> HttpResponse:
-    project = project_for_role(request, project_slug, DECIDERS, DECIDERS_ONLY)
+    project = project_for_role(request, project_slug, DECIDING_ROLES, DECIDERS_ONLY)
     found = StandingApproval.objects.filter(project=project, pk=standing_id).select_related("source_ask").first()
     if found is None:
         raise Http404("No such standing approval in this project.")
@@ -206,12 +203,7 @@ def standing_revoke(request: HtmxHttpRequest, project_slug: str, standing_id: in
 @login_required_returning_to("asks:ask-detail", "ask_id")
 def standing_grant(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
     """Approve the ask and the same calls to come; a refusal is the ask's page with the sentence."""
-    try:
-        ask, role = ask_selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
-    except AskNotFound:
-        raise Http404("No such ask.") from None
-    if role not in DECIDERS:
-        raise PermissionDenied("Only approvers of this project may decide its asks.")
+    ask = ask_views.ask_to_decide(request, ask_id)
     form = StandingGrantForm(request.POST)
     try:
         if not form.is_valid():

@@ -21,14 +21,13 @@ from ledger.asks.approver_selectors import (
 )
 from ledger.exceptions import ApproverRuleInvalid, AskInvalid, AskNotPermitted, AskOwnDecision
 from ledger.models import ApprovalRule, ApproverGroup, Ask, QuorumApproval, StandingApprovalLimits
-from tenancy.models import AdminChange, Membership, Project
+from tenancy.models import DECIDING_ROLES, AdminChange, Project
 from tenancy.services import UNNAMED, Actor, admin_change_record
 
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_QUORUM = 10
 # An hour a day for a week is the widest a project may allow: beyond it, a rule says it better.
 MAX_STANDING_MINUTES = 7 * 24 * 60
-DECIDING_ROLES = (Membership.Role.APPROVER, Membership.Role.ADMIN)
 
 
 @transaction.atomic

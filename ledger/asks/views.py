@@ -20,12 +20,11 @@ from ledger.asks import services as ask_services
 from ledger.exceptions import AskAlreadyDecided, AskInvalid, AskNotFound, AskNotPermitted, AskOwnDecision
 from ledger.forms import AskListFilterForm, DecisionForm, StandingGrantForm
 from ledger.models import Ask, WebhookDelivery
-from tenancy.models import Membership
+from tenancy.models import DECIDING_ROLES
 from tenancy.selectors import projects_for_user
 
 ASKS_PER_PAGE = 25
 ASK_LIST_PER_PAGE = 50
-DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
 # componentId → template; anything else falls back to a readable rendering of its props.
 COMPONENTS = {"approval-card": "asks/components/approval_card.html"}
 
@@ -91,7 +90,7 @@ def _page_context(
     pack = ask_selectors.ask_context(ask=ask)
     component = pack["component"]
     component_id = component.get("componentId") if component else None
-    can_decide = role in DECIDERS and ask.status == Ask.Status.OPEN and not ask.is_overdue
+    can_decide = role in DECIDING_ROLES and ask.status == Ask.Status.OPEN and not ask.is_overdue
     return {
         "ask": ask,
         "pack": pack,
@@ -139,16 +138,23 @@ def ask_detail(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
     return render(request, "asks/ask_detail.html", _page_context(request, ask_id))
 
 
-@require_POST
-@login_required_returning_to("asks:ask-detail", "ask_id")
-def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
-    """Approve, decline or answer. `by` is the signed-in user; a second decision sees the first."""
+def ask_to_decide(request: HtmxHttpRequest, ask_id: int) -> Ask:
+    """The ask for a POST that decides it: 404 for a person outside its project (as if it did not
+    exist), 403 for one who may only read it. Every deciding page asks through here."""
     try:
         ask, role = ask_selectors.ask_get_for_user(user=request.user, ask_id=ask_id)
     except AskNotFound:
         raise Http404("No such ask.") from None
-    if role not in DECIDERS:
+    if role not in DECIDING_ROLES:
         raise PermissionDenied("Only approvers of this project may decide its asks.")
+    return ask
+
+
+@require_POST
+@login_required_returning_to("asks:ask-detail", "ask_id")
+def ask_decide(request: HtmxHttpRequest, ask_id: int) -> HttpResponse:
+    """Approve, decline or answer. `by` is the signed-in user; a second decision sees the first."""
+    ask = ask_to_decide(request, ask_id)
     form = DecisionForm(request.POST, plain=ask.kind == Ask.Kind.PLAIN)
     status = 409 if ask.status != Ask.Status.OPEN else 200
     if status == 200 and not form.is_valid():
