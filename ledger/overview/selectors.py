@@ -153,9 +153,11 @@ FROM (
     WHERE project_id = ANY(%(projects)s) AND decided_at >= %(since)s AND decided_via <> 'deadline'
 ) AS decisions
 """
+# An agent's day across the projects shown is one row: the table names no project (its links
+# list the agent's runs in all of them), and a row a project would make the table grow with them.
 _USAGE = """
-SELECT day, agent, tokens_in, tokens_out, cost_usd FROM ledger_agentdayusage
-WHERE project_id = ANY(%(projects)s) AND day >= %(since)s::date ORDER BY day, agent
+SELECT day, agent, sum(tokens_in)::bigint, sum(tokens_out)::bigint, sum(cost_usd) FROM ledger_agentdayusage
+WHERE project_id = ANY(%(projects)s) AND day >= %(since)s::date GROUP BY day, agent ORDER BY day, agent
 """
 _INTEGRITY = """
 SELECT c.valid, p.slug, r.run_id, c.broken_at, c.finished_at
