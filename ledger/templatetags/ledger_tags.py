@@ -5,6 +5,7 @@ from typing import Any
 
 import orjson
 from django import template
+from django.template.defaultfilters import floatformat
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
@@ -89,7 +90,7 @@ def waterfall_bars(lane: Any, events_url: str, tab_url: str) -> str:
 def moment_attributes(moment: datetime | None) -> str:
     """datetime and data-moment on a <time> naming one moment in UTC words: static/js/pages.js
     writes it again in the reader's time zone, the rule every page's times follow (the `when`
-    filter). Periods carry data-period-start/-end the same way (chart_marks, chart_rows)."""
+    filter). Periods carry data-period-start/-end the same way (chart_marks, chart_rows, usage_rows)."""
     if not isinstance(moment, datetime):
         return ""
     return format_html(' datetime="{}" data-moment', moment.isoformat())
@@ -102,12 +103,6 @@ def _period_text(start: datetime | None, end: datetime | None, subject: str = ""
         return ""
     subject_text = f' data-subject="{html.escape(subject)}"' if subject else ""
     return f' data-period-start="{start.isoformat()}" data-period-end="{end.isoformat()}"{subject_text}'
-
-
-@register.simple_tag
-def period_attributes(start: datetime | None, end: datetime | None, subject: str = "") -> str:
-    """_period_text for one element of a template (the usage table's days and links)."""
-    return mark_safe(_period_text(start, end, subject))  # noqa: S308 - ISO instants and an escaped subject
 
 
 @register.simple_tag
@@ -145,3 +140,20 @@ def chart_rows(chart: Any) -> str:
             f"{html.escape(row.label)}</time></td>{''.join(cells)}</tr>"
         )
     return mark_safe("\n".join(parts))  # noqa: S308 - every value above is escaped or a number
+
+
+@register.simple_tag
+def usage_rows(usage: Any) -> str:
+    """The usage table's rows (a day and agent each), as chart_rows: a row an agent and a day."""
+    parts = []
+    for row in usage.rows:
+        link = row.link
+        cost = '<span class="muted">not reported</span>' if row.cost_usd is None else f"${floatformat(row.cost_usd, 4)}"
+        parts.append(
+            f'<tr><td><time datetime="{link.start.isoformat()}"{_period_text(link.start, link.end)}>'
+            f"{html.escape(row.day)}</time></td>"
+            f'<td><a href="{html.escape(link.href)}" title="{html.escape(link.title)}"'
+            f"{_period_text(link.start, link.end, link.subject)}>{html.escape(row.agent)}</a></td>"
+            f"<td>{row.tokens_in}</td><td>{row.tokens_out}</td><td>{cost}</td></tr>"
+        )
+    return mark_safe("\n".join(parts))  # noqa: S308 - every value above is escaped, a number or a formatted number
