@@ -36,6 +36,7 @@ def _iso(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@functools.lru_cache(maxsize=1024)  # a column's two instants are in each of its series' links
 def _query_instant(at: datetime) -> str:
     """_iso(at) as urlencode writes it into a query (each colon as %3A), without its cost."""
     return at.strftime("%Y-%m-%dT%H%%3A%M%%3A%SZ")
@@ -496,9 +497,10 @@ def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> 
         )
         for i, agent in enumerate(agents)
     ]
+    day_labels = {day: day.strftime("%a %d %b") for day in days}
     rows = [
         UsageRow(
-            day=row.day.strftime("%a %d %b"),
+            day=day_labels[row.day],
             agent=row.agent or "(no agent id)",
             tokens_in=row.tokens_in,
             tokens_out=row.tokens_out,

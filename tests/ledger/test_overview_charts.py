@@ -3,7 +3,11 @@
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import pytest
+from django.template.defaultfilters import floatformat
+
 from ledger.overview import charts
+from ledger.templatetags import ledger_tags
 
 
 def test_a_marks_link_carries_its_period_first_then_the_series_filters_encoded_as_urlencode_does() -> None:
@@ -26,3 +30,11 @@ def test_a_runs_ended_link_names_its_period_as_ended() -> None:
     )
     assert link.title == "Runs now failed, ended Wed 04 Mar"
     assert link.subject == "Runs now failed, ended"
+
+
+AMOUNTS = [0.0, 0.01, 0.00005, 0.00015, 1e-05, 2.5e-05, 0.123449999, 12345.678949, 1e30, 1e190, 1.7e308, 1e-250]
+
+
+@pytest.mark.parametrize("amount", [*AMOUNTS, float("inf")])
+def test_a_usage_cost_reads_as_floatformat_4_writes_it(amount: float) -> None:
+    assert ledger_tags._dollars(amount) == floatformat(amount, 4)
