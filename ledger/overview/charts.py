@@ -32,13 +32,10 @@ class Link:
     end: datetime | None = None
 
 
-def _iso(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @functools.lru_cache(maxsize=1024)  # a column's two instants are in each of its series' links
 def _query_instant(at: datetime) -> str:
-    """_iso(at) as urlencode writes it into a query (each colon as %3A), without its cost."""
+    """The instant as the list pages' filters read it (2026-03-04T05:06:00Z), written as urlencode
+    would write it into a query (each colon as %3A), without its cost."""
     return at.strftime("%Y-%m-%dT%H%%3A%M%%3A%SZ")
 
 
@@ -110,43 +107,34 @@ class ColumnChart:
 
     def __post_init__(self) -> None:
         self.series = [series for series in self.series if any(series.counts)]
-        totals = [sum(series.counts[i] for series in self.series) for i in range(len(self.buckets))]
+        totals = [sum(counts) for counts in zip(*(series.counts for series in self.series), strict=True)]
         self.top = max(totals, default=0)
         if not self.top:
             return
         column = WIDTH / len(self.buckets)
         bar = min(column * (1 - GAP), MAX_BAR)
-        for i, start in enumerate(self.buckets):
+        width = round(bar, 2)
+        for i, (start, total) in enumerate(zip(self.buckets, totals, strict=True)):
+            if not total:
+                continue
             end = start + self.step
+            x = round(i * column + (column - bar) / 2, 2)
             stacked = 0
-            # Each count's link once, for its mark and its table cell.
-            links = {series.key: series.link(start, end) for series in self.series if series.counts[i]}
+            cells = []
             for series in self.series:
                 count = series.counts[i]
                 if not count:
+                    cells.append(Cell(count, None))
                     continue
+                link = series.link(start, end)  # once, for the mark and its table cell
+                cells.append(Cell(count, link))
                 height = count / self.top * HEIGHT
                 y = HEIGHT - (stacked + count) / self.top * HEIGHT
                 self.marks.append(
-                    Mark(
-                        x=round(i * column + (column - bar) / 2, 2),
-                        y=round(y, 2),
-                        width=round(bar, 2),
-                        height=round(max(height, 1.0), 2),
-                        css=series.css,
-                        link=links[series.key],
-                    )
+                    Mark(x=x, y=round(y, 2), width=width, height=round(max(height, 1.0), 2), css=series.css, link=link)
                 )
                 stacked += count
-            if totals[i]:
-                self.rows.append(
-                    Row(
-                        label=period_label(start, end),
-                        cells=[Cell(series.counts[i], links.get(series.key)) for series in self.series],
-                        start=start,
-                        end=end,
-                    )
-                )
+            self.rows.append(Row(label=period_label(start, end), cells=cells, start=start, end=end))
 
     @property
     def is_empty(self) -> bool:
@@ -227,9 +215,16 @@ def _step_name(step: timedelta) -> str:
     return "minute"
 
 
-def _url(name: str, **query: object) -> str:
+def _url(name: str, period: str = "", **query: object) -> str:
+    """A list page's URL filtered by `query`, then by `period` (already encoded, as _encoded_period
+    writes it: a chart's items share their window's)."""
     kept = {key: value for key, value in query.items() if value not in (None, "")}
-    return _path(name, get_script_prefix()) + ("?" + urlencode(kept) if kept else "")
+    encoded = "&".join(part for part in (urlencode(kept), period) if part)
+    return _path(name, get_script_prefix()) + ("?" + encoded if encoded else "")
+
+
+def _encoded_period(first: str, second: str, since: datetime, until: datetime) -> str:
+    return f"{first}={_query_instant(since)}&{second}={_query_instant(until)}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -356,6 +351,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
         step=step,
         empty_reason=no_runs or f"Nothing was refused in the {label}.",
     )
+    window_period = _encoded_period("since", "until", since, until)
     charts["refusal_rules"] = RankedChart(
         id="refusal-rules",
         title="Rules that refused most",
@@ -365,9 +361,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
                 rule,
                 sum(counts),
                 Link(
-                    _url(
-                        "refusals:refusal-list", rule=rule, project=project_slug, since=_iso(since), until=_iso(until)
-                    ),
+                    _url("refusals:refusal-list", window_period, rule=rule, project=project_slug),
                     f"{_counted(sum(counts), 'refusal', 'refusals')} by {rule}, {label}",
                 ),
             )
@@ -417,21 +411,21 @@ def _tools_chart(
     errors = {tool: sum(counts) for tool, counts in overview.series("tool-error").items()}
     refusals = {tool: sum(counts) for tool, counts in overview.series("tool-refusal").items()}
     tools = sorted(set(errors) | set(refusals), key=lambda t: (-(errors.get(t, 0) + refusals.get(t, 0)), t))[:10]
-    period = {"since": _iso(since), "until": _iso(until)}
+    period = _encoded_period("since", "until", since, until)
     # Failed calls are counted when their end was stored: the runs that stored events in the window.
-    stored = {"stored_since": _iso(since), "stored_until": _iso(until)}
+    stored = _encoded_period("stored_since", "stored_until", since, until)
     items = []
     for tool in tools:
         failed, refused = errors.get(tool, 0), refusals.get(tool, 0)
         runs = Link(
-            _url("ledger:run-list", tool=tool, project=project_slug, **stored), f"Runs that called {tool}, {label}"
+            _url("ledger:run-list", stored, tool=tool, project=project_slug), f"Runs that called {tool}, {label}"
         )
         failed_runs = Link(
-            _url("ledger:run-list", tool=tool, tool_failed="on", project=project_slug, **stored),
+            _url("ledger:run-list", stored, tool=tool, tool_failed="on", project=project_slug),
             f"Runs where a call of {tool} failed, {label}",
         )
         refusal_link = Link(
-            _url("refusals:refusal-list", tool=tool, project=project_slug, **period), f"Refusals of {tool}, {label}"
+            _url("refusals:refusal-list", period, tool=tool, project=project_slug), f"Refusals of {tool}, {label}"
         )
         items.append(
             Ranked(
