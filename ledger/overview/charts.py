@@ -359,13 +359,13 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
         items=[
             Ranked(
                 rule,
-                sum(counts),
+                count,
                 Link(
                     _url("refusals:refusal-list", window_period, rule=rule, project=project_slug),
-                    f"{_counted(sum(counts), 'refusal', 'refusals')} by {rule}, {label}",
+                    f"{_counted(count, 'refusal', 'refusals')} by {rule}, {label}",
                 ),
             )
-            for rule, counts in list(overview.series("refusal-rule").items())[:10]
+            for rule, count in list(overview.ranking("refusal-rule").items())[:10]
         ],
         empty_reason=no_runs or f"No rule refused anything in the {label}.",
     )
@@ -408,8 +408,7 @@ def _asks(title: str, when: str, **query: object) -> PeriodLinks:
 def _tools_chart(
     overview: Overview, label: str, since: datetime, until: datetime, project_slug: str | None, no_runs: str
 ) -> RankedChart:
-    errors = {tool: sum(counts) for tool, counts in overview.series("tool-error").items()}
-    refusals = {tool: sum(counts) for tool, counts in overview.series("tool-refusal").items()}
+    errors, refusals = overview.ranking("tool-error"), overview.ranking("tool-refusal")
     tools = sorted(set(errors) | set(refusals), key=lambda t: (-(errors.get(t, 0) + refusals.get(t, 0)), t))[:10]
     period = _encoded_period("since", "until", since, until)
     # Failed calls are counted when their end was stored: the runs that stored events in the window.

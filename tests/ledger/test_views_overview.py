@@ -157,7 +157,7 @@ def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_c
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from ledger.overview.selectors import WINDOWS, overview_get
+    from ledger.overview.selectors import RANKED_KINDS, WINDOWS, overview_get
 
     statements = {}
     for window in WINDOWS:
@@ -167,11 +167,12 @@ def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_c
     assert len(set(statements.values())) == 1, statements
     # Everything happened in the last minutes: each window, minutes or hours, sums to the same totals.
     stored = sum(Run.objects.filter(project=project).values_list("chain_length", flat=True))
-    totals = {
-        name: {series: sum(counts) for series, counts in overview_get(projects=[project], window=window).counts.items()}
-        for name, window in WINDOWS.items()
-    }
+    totals = {}
+    for name, window in WINDOWS.items():
+        overview = overview_get(projects=[project], window=window)
+        totals[name] = {series: sum(counts) for series, counts in overview.counts.items()} | overview.totals
     assert totals["hour"][("events", "")] == stored
+    assert {kind for kind, _key in totals["hour"]} >= set(RANKED_KINDS)  # the rankings' sums too
     assert totals["day"] == totals["week"] == totals["30d"] == totals["hour"]
 
 
