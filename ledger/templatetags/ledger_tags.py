@@ -145,6 +145,29 @@ def chart_rows(chart: Any) -> str:
     return mark_safe("\n".join(parts))  # noqa: S308 - every value above is escaped or a number
 
 
+@register.simple_tag
+def ranked_rows(chart: Any) -> str:
+    """A ranked chart's rows: the thing and its link, its bar (a <meter>) and figures, and the figures
+    it is the sum of, each with its link when it has one. Written here rather than in a template
+    loop, as chart_rows: up to ten a chart, each the most variable lookups of the page."""
+    top = chart.top
+    parts = []
+    for item in chart.items:
+        link = item.link
+        also = "".join(
+            f"<td>{value}</td>"
+            if other is None
+            else f'<td><a href="{html.escape(other.href)}" title="{html.escape(other.title)}">{value}</a></td>'
+            for _name, value, other in item.also
+        )
+        parts.append(
+            f'<tr><td class="ranked-label"><a href="{html.escape(link.href)}" title="{html.escape(link.title)}">'
+            f'{html.escape(item.label)}</a></td><td class="bar-cell"><meter min="0" max="{top}" value="{item.value}"'
+            f' title="{item.value} of {top}">{item.value}</meter></td><td>{item.value}</td>{also}</tr>'
+        )
+    return mark_safe("\n".join(parts))  # noqa: S308 - every value above is escaped or a number
+
+
 def _dollars(amount: float) -> str:
     """An amount to four places, rounded half up as floatformat:4 would (here without its
     localisation machinery, a tenth of the time a row took)."""
