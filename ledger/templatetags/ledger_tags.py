@@ -147,9 +147,10 @@ def chart_rows(chart: Any) -> str:
 
 @register.simple_tag
 def ranked_rows(chart: Any) -> str:
-    """A ranked chart's rows: the thing and its link, its bar (a <meter>) and figures, and the figures
+    """A ranked chart's rows: the thing and its link, its bar (a <meter>) and figure, and the figures
     it is the sum of, each with its link when it has one. Written here rather than in a template
-    loop, as chart_rows: up to ten a chart, each the most variable lookups of the page."""
+    loop, as chart_rows: a row resolved a dozen template variables, and a busy window fills all ten
+    rows of both rankings."""
     top = chart.top
     parts = []
     for item in chart.items:
@@ -169,8 +170,8 @@ def ranked_rows(chart: Any) -> str:
 
 
 def _dollars(amount: float) -> str:
-    """An amount to four places, rounded half up as floatformat:4 would (here without its
-    localisation machinery, a tenth of the time a row took)."""
+    """An amount to four places, rounded half up and cut off as floatformat:4 does, without the
+    localisation machinery that was most of a usage row's time."""
     if not math.isfinite(amount):
         return repr(amount)
     exact = Decimal(repr(amount))
@@ -186,7 +187,7 @@ _EVERY_DIGIT = Context(prec=210)  # within the cut-off, and four places
 
 @register.simple_tag
 def usage_rows(usage: Any) -> str:
-    """The usage table's rows (a day and agent each), as chart_rows: a row an agent and a day."""
+    """The usage table's rows, one a day and agent, written here as chart_rows writes a chart's."""
     parts = []
     for row in usage.rows:
         link = row.link
