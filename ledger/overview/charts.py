@@ -21,7 +21,10 @@ GAP = 0.2  # of a column's width, between columns
 MAX_BAR = 40  # a few days' columns stay columns, not blocks
 
 
-@dataclass(frozen=True)
+# A page's links, marks and table cells: slotted and not frozen, as a busy window makes hundreds
+# of each and a frozen dataclass is built field by field through object.__setattr__ (about three
+# times the time). Nothing changes them once a chart is built.
+@dataclass(slots=True)
 class Link:
     href: str
     title: str  # in UTC words; pages.js writes the period again in the reader's time zone
@@ -57,7 +60,7 @@ class PeriodLinks:
         return Link(href, self.title + period_label(start, end), self.subject, start, end)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # as Link
 class Mark:
     x: float
     y: float
@@ -76,13 +79,13 @@ class Series:
     link: PeriodLinks  # the link of a column's mark, from its period
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # as Link
 class Cell:
     value: int
     link: Link | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # as Link
 class Row:
     label: str
     cells: list[Cell]
