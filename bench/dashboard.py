@@ -64,12 +64,15 @@ WINDOWS = ("hour", "day", "week", "30d")
 
 # Runs spread evenly over the history (the smaller ledger's are every tenth of the larger's), each
 # with EVENTS_PER_RUN events stored within its first minute; one run in seven refused (a middleware
-# rule, a tool), one in thirteen with a failed call.
+# rule, a tool), one in thirteen with a failed call. A run's project and agent follow g / every, not
+# g: the smaller ledger's runs are the multiples of `every`, and by g alone they all fell in one
+# project with one agent, so the larger ledger was compared with a one-project ledger.
 _RUNS = """
 INSERT INTO ledger_run (project_id, run_id, agent_id, composition_path, source, status, status_seq,
     first_event_at, last_event_at, tokens_in, tokens_out, iterations, tool_call_count, refusal_count,
     event_count, max_seq, chain_length, head_hash, rolled_up)
-SELECT p.ids[1 + g %% %(projects)s], 'bench-' || g, 'agent-' || (g %% %(agents)s), '[]', 'events',
+SELECT p.ids[1 + (g / %(every)s) %% %(projects)s], 'bench-' || g, 'agent-' || ((g / %(every)s) %% %(agents)s),
+    '[]', 'events',
     CASE WHEN g %% 13 = 5 THEN 'failed' ELSE 'completed' END, %(per_run)s - 1,
     at, at + interval '50 seconds', 900, 100, 3, 2, (g %% 7 = 3)::int,
     %(per_run)s, %(per_run)s - 1, %(per_run)s, '\\x00'::bytea, %(per_run)s
@@ -86,7 +89,8 @@ SELECT r.id, n, n, 'agentfootprint.stream.llm_end', (extract(epoch FROM r.first_
 FROM ledger_run r, generate_series(0, %(per_run)s - 1) AS n
 WHERE r.run_id LIKE 'bench-%%' AND r.id > %(after)s
 """
-# What the fold writes for those runs (ledger.overview.services), grouped as it groups them.
+# What the fold writes for those runs (ledger.overview.services), grouped as it groups them. The
+# rule follows r.id / 7: refused runs are every seventh, so r.id % 7 named one rule alone.
 _ACTIVITY = """
 INSERT INTO ledger_activitycount (project_id, minute, kind, key, count)
 SELECT project_id, minute, kind, key, count(*) * weight FROM (
@@ -98,7 +102,7 @@ SELECT project_id, minute, kind, key, count(*) * weight FROM (
     UNION ALL
     SELECT r.project_id, date_trunc('minute', r.first_event_at), kind, key, 1
     FROM ledger_run r,
-    LATERAL (VALUES ('refusal-category', 'middleware'), ('refusal-rule', 'rule-' || (r.id %% 7)),
+    LATERAL (VALUES ('refusal-category', 'middleware'), ('refusal-rule', 'rule-' || (r.id / 7 %% 7)),
         ('tool-refusal', 'tool-' || (r.id %% 13))) AS k(kind, key)
     WHERE r.id > %(after)s AND r.run_id LIKE 'bench-%%' AND r.refusal_count > 0
     UNION ALL
@@ -130,13 +134,14 @@ ON CONFLICT (project_id, day, agent) DO UPDATE SET
     tokens_out = ledger_agentdayusage.tokens_out + EXCLUDED.tokens_out,
     cost_usd = ledger_agentdayusage.cost_usd + EXCLUDED.cost_usd
 """
-# One ask per 50 runs, decided by a person within minutes (or by its deadline, one in five).
+# One ask per 50 runs, decided by a person within minutes (or by its deadline, one in five: by
+# r.id / 50, as every r.id here is a multiple of 5).
 _ASKS = """
 INSERT INTO ledger_ask (project_id, run_id, tool_call_id, tool_name, kind, pause_data, on_timeout, status,
     created_at, decided_at, decided_via, approved, pause_reported, opened_from_event, answered)
 SELECT r.project_id, r.run_id, 'call-1', 'tool-1', 'consent', '{}', 'decline', 'decided',
     r.first_event_at, r.first_event_at + (r.id %% 600) * interval '1 second',
-    CASE WHEN r.id %% 5 = 0 THEN 'deadline' ELSE 'page' END, r.id %% 5 <> 0, false, true, false
+    CASE WHEN r.id / 50 %% 5 = 0 THEN 'deadline' ELSE 'page' END, r.id / 50 %% 5 <> 0, false, true, false
 FROM ledger_run r WHERE r.id > %(after)s AND r.run_id LIKE 'bench-%%' AND r.id %% 50 = 0
 """
 

@@ -6,7 +6,6 @@ its name for screen readers); every chart also has a table with the same figures
 """
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeAlias
@@ -22,7 +21,10 @@ GAP = 0.2  # of a column's width, between columns
 MAX_BAR = 40  # a few days' columns stay columns, not blocks
 
 
-@dataclass(frozen=True)
+# A page's links, marks and table cells: slotted and not frozen, as a busy window makes hundreds
+# of each and a frozen dataclass is built field by field through object.__setattr__ (about three
+# times the time). Nothing changes them once a chart is built.
+@dataclass(slots=True)
 class Link:
     href: str
     title: str  # in UTC words; pages.js writes the period again in the reader's time zone
@@ -33,7 +35,32 @@ class Link:
     end: datetime | None = None
 
 
+@functools.lru_cache(maxsize=1024)  # a column's two instants are in each of its series' links
+def _query_instant(at: datetime) -> str:
+    """The instant as the list pages' filters read it (2026-03-04T05:06:00Z), written as urlencode
+    would write it into a query (each colon as %3A), without its cost."""
+    return at.strftime("%Y-%m-%dT%H%%3A%M%%3A%SZ")
+
+
 @dataclass(frozen=True)
+class PeriodLinks:
+    """The links of one series' marks: a list page filtered to what the series counts and to the
+    mark's period. The path and the series' own filters are encoded once, each period's two instants
+    are written in: a busy window has hundreds of marks, and encoding every link's whole query
+    was most of the time spent drawing them."""
+
+    prefix: str  # path, "?" and the period's first parameter, up to its value
+    until: str  # "&" and the period's second parameter, up to its value
+    rest: str  # "&" and the series' own filters, encoded; "" when it has none
+    title: str  # the words before the period's ("Runs now failed, ended ")
+    subject: str
+
+    def __call__(self, start: datetime, end: datetime) -> Link:
+        href = f"{self.prefix}{_query_instant(start)}{self.until}{_query_instant(end)}{self.rest}"
+        return Link(href, self.title + period_label(start, end), self.subject, start, end)
+
+
+@dataclass(slots=True)  # as Link
 class Mark:
     x: float
     y: float
@@ -49,16 +76,16 @@ class Series:
     label: str
     css: str
     counts: list[int]
-    link: Callable[[datetime, datetime], Link]  # the link of a column's mark, from its period
+    link: PeriodLinks  # the link of a column's mark, from its period
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # as Link
 class Cell:
     value: int
     link: Link | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # as Link
 class Row:
     label: str
     cells: list[Cell]
@@ -83,43 +110,34 @@ class ColumnChart:
 
     def __post_init__(self) -> None:
         self.series = [series for series in self.series if any(series.counts)]
-        totals = [sum(series.counts[i] for series in self.series) for i in range(len(self.buckets))]
+        totals = [sum(counts) for counts in zip(*(series.counts for series in self.series), strict=True)]
         self.top = max(totals, default=0)
         if not self.top:
             return
         column = WIDTH / len(self.buckets)
         bar = min(column * (1 - GAP), MAX_BAR)
-        for i, start in enumerate(self.buckets):
+        width = round(bar, 2)
+        for i, (start, total) in enumerate(zip(self.buckets, totals, strict=True)):
+            if not total:
+                continue
             end = start + self.step
+            x = round(i * column + (column - bar) / 2, 2)
             stacked = 0
-            # Each count's link once, for its mark and its table cell.
-            links = {series.key: series.link(start, end) for series in self.series if series.counts[i]}
+            cells = []
             for series in self.series:
                 count = series.counts[i]
                 if not count:
+                    cells.append(Cell(count, None))
                     continue
+                link = series.link(start, end)  # once, for the mark and its table cell
+                cells.append(Cell(count, link))
                 height = count / self.top * HEIGHT
                 y = HEIGHT - (stacked + count) / self.top * HEIGHT
                 self.marks.append(
-                    Mark(
-                        x=round(i * column + (column - bar) / 2, 2),
-                        y=round(y, 2),
-                        width=round(bar, 2),
-                        height=round(max(height, 1.0), 2),
-                        css=series.css,
-                        link=links[series.key],
-                    )
+                    Mark(x=x, y=round(y, 2), width=width, height=round(max(height, 1.0), 2), css=series.css, link=link)
                 )
                 stacked += count
-            if totals[i]:
-                self.rows.append(
-                    Row(
-                        label=period_label(start, end),
-                        cells=[Cell(series.counts[i], links.get(series.key)) for series in self.series],
-                        start=start,
-                        end=end,
-                    )
-                )
+            self.rows.append(Row(label=period_label(start, end), cells=cells, start=start, end=end))
 
     @property
     def is_empty(self) -> bool:
@@ -200,9 +218,16 @@ def _step_name(step: timedelta) -> str:
     return "minute"
 
 
-def _url(name: str, **query: object) -> str:
+def _url(name: str, period: str = "", **query: object) -> str:
+    """A list page's URL filtered by `query`, then by `period` (already encoded, as _encoded_period
+    writes it: a chart's items share their window's)."""
     kept = {key: value for key, value in query.items() if value not in (None, "")}
-    return _path(name, get_script_prefix()) + ("?" + urlencode(kept) if kept else "")
+    encoded = "&".join(part for part in (urlencode(kept), period) if part)
+    return _path(name, get_script_prefix()) + ("?" + encoded if encoded else "")
+
+
+def _encoded_period(first: str, second: str, since: datetime, until: datetime) -> str:
+    return f"{first}={_query_instant(since)}&{second}={_query_instant(until)}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,45 +236,37 @@ def _path(name: str, script_prefix: str) -> str:
     return reverse(name)
 
 
-def _iso(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+def _period_links(name: str, period: tuple[str, str], title: str, subject: str, **query: object) -> PeriodLinks:
+    """Links to `name`'s list from `period`'s two parameters (the period's first), then `query`'s."""
+    kept = {key: value for key, value in query.items() if value not in (None, "")}
+    return PeriodLinks(
+        prefix=f"{_path(name, get_script_prefix())}?{period[0]}=",
+        until=f"&{period[1]}=",
+        rest="&" + urlencode(kept) if kept else "",
+        title=title,
+        subject=subject,
+    )
 
 
-def _runs(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
-    def link(start: datetime, end: datetime) -> Link:
-        href = _url("ledger:run-list", since=_iso(start), until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
-
-    return link
+def _runs(title: str, **query: object) -> PeriodLinks:
+    return _period_links("ledger:run-list", ("since", "until"), f"{title}, ", title, **query)
 
 
-def _runs_ended(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+def _runs_ended(title: str, **query: object) -> PeriodLinks:
     """Runs whose last event (the one that ended them) falls in the period."""
-
-    def link(start: datetime, end: datetime) -> Link:
-        href = _url("ledger:run-list", ended_since=_iso(start), ended_until=_iso(end), **query)
-        return Link(href, f"{title}, ended {period_label(start, end)}", title + ", ended", start, end)
-
-    return link
+    return _period_links(
+        "ledger:run-list", ("ended_since", "ended_until"), f"{title}, ended ", f"{title}, ended", **query
+    )
 
 
-def _runs_storing(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
+def _runs_storing(title: str, **query: object) -> PeriodLinks:
     """Runs the server stored events of in the period (its first write before the period's end,
     its latest at or after its start), as the events chart counts them by when they were stored."""
-
-    def link(start: datetime, end: datetime) -> Link:
-        href = _url("ledger:run-list", stored_since=_iso(start), stored_until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
-
-    return link
+    return _period_links("ledger:run-list", ("stored_since", "stored_until"), f"{title}, ", title, **query)
 
 
-def _refusals(title: str, **query: object) -> Callable[[datetime, datetime], Link]:
-    def link(start: datetime, end: datetime) -> Link:
-        href = _url("refusals:refusal-list", since=_iso(start), until=_iso(end), **query)
-        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
-
-    return link
+def _refusals(title: str, **query: object) -> PeriodLinks:
+    return _period_links("refusals:refusal-list", ("since", "until"), f"{title}, ", title, **query)
 
 
 def _counted(count: int, one: str, many: str) -> str:
@@ -337,6 +354,7 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
         step=step,
         empty_reason=no_runs or f"Nothing was refused in the {label}.",
     )
+    window_period = _encoded_period("since", "until", since, until)
     charts["refusal_rules"] = RankedChart(
         id="refusal-rules",
         title="Rules that refused most",
@@ -344,15 +362,13 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
         items=[
             Ranked(
                 rule,
-                sum(counts),
+                count,
                 Link(
-                    _url(
-                        "refusals:refusal-list", rule=rule, project=project_slug, since=_iso(since), until=_iso(until)
-                    ),
-                    f"{_counted(sum(counts), 'refusal', 'refusals')} by {rule}, {label}",
+                    _url("refusals:refusal-list", window_period, rule=rule, project=project_slug),
+                    f"{_counted(count, 'refusal', 'refusals')} by {rule}, {label}",
                 ),
             )
-            for rule, counts in list(overview.series("refusal-rule").items())[:10]
+            for rule, count in list(overview.ranking("refusal-rule").items())[:10]
         ],
         empty_reason=no_runs or f"No rule refused anything in the {label}.",
     )
@@ -387,38 +403,31 @@ def overview_charts(overview: Overview, *, project_slug: str | None) -> dict[str
     return charts
 
 
-def _asks(title: str, when: str, **query: object) -> Callable[[datetime, datetime], Link]:
+def _asks(title: str, when: str, **query: object) -> PeriodLinks:
     """The asks opened (or decided) in the period: the ask list filtered as the chart counts."""
-
-    def link(start: datetime, end: datetime) -> Link:
-        period = {f"{when}_since": _iso(start), f"{when}_until": _iso(end)}
-        href = _url("asks:ask-list", **period, **query)
-        return Link(href, f"{title}, {period_label(start, end)}", title, start, end)
-
-    return link
+    return _period_links("asks:ask-list", (f"{when}_since", f"{when}_until"), f"{title}, ", title, **query)
 
 
 def _tools_chart(
     overview: Overview, label: str, since: datetime, until: datetime, project_slug: str | None, no_runs: str
 ) -> RankedChart:
-    errors = {tool: sum(counts) for tool, counts in overview.series("tool-error").items()}
-    refusals = {tool: sum(counts) for tool, counts in overview.series("tool-refusal").items()}
+    errors, refusals = overview.ranking("tool-error"), overview.ranking("tool-refusal")
     tools = sorted(set(errors) | set(refusals), key=lambda t: (-(errors.get(t, 0) + refusals.get(t, 0)), t))[:10]
-    period = {"since": _iso(since), "until": _iso(until)}
+    period = _encoded_period("since", "until", since, until)
     # Failed calls are counted when their end was stored: the runs that stored events in the window.
-    stored = {"stored_since": _iso(since), "stored_until": _iso(until)}
+    stored = _encoded_period("stored_since", "stored_until", since, until)
     items = []
     for tool in tools:
         failed, refused = errors.get(tool, 0), refusals.get(tool, 0)
         runs = Link(
-            _url("ledger:run-list", tool=tool, project=project_slug, **stored), f"Runs that called {tool}, {label}"
+            _url("ledger:run-list", stored, tool=tool, project=project_slug), f"Runs that called {tool}, {label}"
         )
         failed_runs = Link(
-            _url("ledger:run-list", tool=tool, tool_failed="on", project=project_slug, **stored),
+            _url("ledger:run-list", stored, tool=tool, tool_failed="on", project=project_slug),
             f"Runs where a call of {tool} failed, {label}",
         )
         refusal_link = Link(
-            _url("refusals:refusal-list", tool=tool, project=project_slug, **period), f"Refusals of {tool}, {label}"
+            _url("refusals:refusal-list", period, tool=tool, project=project_slug), f"Refusals of {tool}, {label}"
         )
         items.append(
             Ranked(
@@ -467,31 +476,32 @@ class UsageChart:
 def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> "UsageChart":
     days = sorted({row.day for row in overview.usage})
     agents = sorted({row.agent for row in overview.usage})
-    day_starts = [datetime.combine(day, datetime.min.time(), tzinfo=overview.since.tzinfo) for day in days]
+    day_starts = {day: datetime.combine(day, datetime.min.time(), tzinfo=overview.since.tzinfo) for day in days}
     tokens = {(row.day, row.agent): row.tokens_in + row.tokens_out for row in overview.usage}
+    # One agent's links for its column's marks and its table rows.
+    links = {
+        agent: _runs_storing(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug)
+        for agent in agents
+    }
     series = [
         Series(
             agent or "(no agent id)",
             agent or "(no agent id)",
             PALETTE[i % len(PALETTE)],
             [tokens.get((day, agent), 0) for day in days],
-            _runs_storing(f"Runs of {agent or 'agents without an id'}", agent=agent or None, project=project_slug),
+            links[agent],
         )
         for i, agent in enumerate(agents)
     ]
+    day_labels = {day: day.strftime("%a %d %b") for day in days}
     rows = [
         UsageRow(
-            day=row.day.strftime("%a %d %b"),
+            day=day_labels[row.day],
             agent=row.agent or "(no agent id)",
             tokens_in=row.tokens_in,
             tokens_out=row.tokens_out,
             cost_usd=row.cost_usd or None,
-            link=_runs_storing(
-                f"Runs of {row.agent or 'agents without an id'}", agent=row.agent or None, project=project_slug
-            )(
-                datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo),
-                datetime.combine(row.day, datetime.min.time(), tzinfo=overview.since.tzinfo) + timedelta(days=1),
-            ),
+            link=links[row.agent](day_starts[row.day], day_starts[row.day] + timedelta(days=1)),
         )
         for row in overview.usage
         if row.tokens_in or row.tokens_out or row.cost_usd
@@ -504,7 +514,7 @@ def _usage_chart(overview: Overview, project_slug: str | None, no_runs: str) -> 
             title="Tokens per agent per day",
             unit="tokens",
             series=series,
-            buckets=day_starts,
+            buckets=list(day_starts.values()),
             step=timedelta(days=1),
             empty_reason="",
         ),

@@ -91,6 +91,8 @@ class Overview:
     buckets: list[datetime]
     # (kind, key) → a count per bucket
     counts: dict[tuple[str, str], list[int]]
+    # (kind, key) → its count over the whole window, for the kinds charted as rankings (RANKED_KINDS)
+    totals: dict[tuple[str, str], int]
     asks: AskFigures
     usage: list[AgentUsage]
     integrity: IntegrityFigures
@@ -108,15 +110,27 @@ class Overview:
         found = {key: counts for (k, key), counts in self.counts.items() if k == kind}
         return dict(sorted(found.items(), key=lambda item: (-sum(item[1]), item[0])))
 
+    def ranking(self, kind: str) -> dict[str, int]:
+        """Each key of a ranked kind with its count over the window, the largest first."""
+        found = {key: total for (k, key), total in self.totals.items() if k == kind}
+        return dict(sorted(found.items(), key=lambda item: (-item[1], item[0])))
 
+
+# Kinds charted as rankings over the whole window (rules, tools), never as columns: each key is
+# summed over the window in the read, one row a key where a column each would be one a bucket
+# (a 30-day window's tools and rules were four rows in five, and a busier ledger fills more of
+# a day's or a week's buckets).
+RANKED_KINDS = ["refusal-rule", "tool-error", "tool-refusal"]
 # A window reads the coarsest counters its columns are whole multiples of: a 30-day window reads
 # 30 days a project and key, a week 168 hours, where their minutes grow to 43,200 and 10,080 as
 # the ledger gets busier. (table, its time column) → the statement; names from this module only.
+# A ranked kind's bucket is NULL: its rows are summed over the window.
 _COUNTS = {
     (table, column): f"""
-SELECT kind, key, date_bin(%(step)s, {column}, %(origin)s) AS bucket, sum(count)
+SELECT kind, key, CASE WHEN kind = ANY(%(ranked)s) THEN NULL ELSE date_bin(%(step)s, {column}, %(origin)s) END
+    AS bucket, sum(count)
 FROM {table}
-WHERE project_id = ANY(%(projects)s) AND {column} >= %(since)s
+WHERE project_id = ANY(%(projects)s) AND {column} >= %(since)s AND {column} < %(until)s
 GROUP BY kind, key, bucket
 """  # noqa: S608 - constant names; every value is bound
     for table, column in (
@@ -153,9 +167,11 @@ FROM (
     WHERE project_id = ANY(%(projects)s) AND decided_at >= %(since)s AND decided_via <> 'deadline'
 ) AS decisions
 """
+# An agent's day across the projects shown is one row: the table names no project (its links
+# list the agent's runs in all of them), and a row a project would make the table grow with them.
 _USAGE = """
-SELECT day, agent, tokens_in, tokens_out, cost_usd FROM ledger_agentdayusage
-WHERE project_id = ANY(%(projects)s) AND day >= %(since)s::date ORDER BY day, agent
+SELECT day, agent, sum(tokens_in)::bigint, sum(tokens_out)::bigint, sum(cost_usd) FROM ledger_agentdayusage
+WHERE project_id = ANY(%(projects)s) AND day >= %(since)s::date GROUP BY day, agent ORDER BY day, agent
 """
 _INTEGRITY = """
 SELECT c.valid, p.slug, r.run_id, c.broken_at, c.finished_at
@@ -184,8 +200,12 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
         "step": window.step,
         "origin": _ORIGIN,
         "since": buckets[0],
+        # A refusal stamped ahead of the server's clock stays out, as in the columns.
+        "until": buckets[-1] + window.step,
+        "ranked": RANKED_KINDS,
     }
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * len(buckets))
+    totals: dict[tuple[str, str], int] = {}
     opened, decided, timed_out = ([0] * len(buckets) for _ in range(3))
     alias = lagging_reads_alias()
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
@@ -195,7 +215,9 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
         cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         cur.execute(_counts_sql(window.step), params)
         for kind, key, bucket, count in cur.fetchall():
-            if bucket in place:  # a refusal stamped ahead of the server's clock stays out
+            if bucket is None:
+                totals[(kind, key)] = int(count)
+            elif bucket in place:
                 counts[(kind, key)][place[bucket]] += int(count)
         cur.execute(_ASKS_OPENED, params)
         for bucket, count in cur.fetchall():
@@ -220,6 +242,7 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
         window=window,
         buckets=buckets,
         counts=dict(counts),
+        totals=totals,
         asks=AskFigures(
             opened=opened,
             decided=decided,

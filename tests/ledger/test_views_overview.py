@@ -157,7 +157,7 @@ def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_c
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from ledger.overview.selectors import WINDOWS, overview_get
+    from ledger.overview.selectors import RANKED_KINDS, WINDOWS, overview_get
 
     statements = {}
     for window in WINDOWS:
@@ -167,11 +167,12 @@ def test_a_longer_window_reads_as_many_statements_and_the_same_figures(auditor_c
     assert len(set(statements.values())) == 1, statements
     # Everything happened in the last minutes: each window, minutes or hours, sums to the same totals.
     stored = sum(Run.objects.filter(project=project).values_list("chain_length", flat=True))
-    totals = {
-        name: {series: sum(counts) for series, counts in overview_get(projects=[project], window=window).counts.items()}
-        for name, window in WINDOWS.items()
-    }
+    totals = {}
+    for name, window in WINDOWS.items():
+        overview = overview_get(projects=[project], window=window)
+        totals[name] = {series: sum(counts) for series, counts in overview.counts.items()} | overview.totals
     assert totals["hour"][("events", "")] == stored
+    assert {kind for kind, _key in totals["hour"]} >= set(RANKED_KINDS)  # the rankings' sums too
     assert totals["day"] == totals["week"] == totals["30d"] == totals["hour"]
 
 
@@ -321,3 +322,32 @@ def test_a_usage_row_leads_to_the_agents_runs_of_that_day(auditor_client, folded
         reported = {run.run_id for run in runs if run.tokens_in or run.tokens_out}
         assert reported <= listed, (agent, reported - listed)
         assert listed <= set(runs.values_list("run_id", flat=True))
+
+
+def test_an_agents_day_in_several_projects_is_one_usage_row_with_their_sum(
+    auditor_client, project, other_project, auditor
+):
+    """The usage table names no project: an agent's day across the projects shown is one row, and
+    its column is as tall as that sum."""
+    from django.utils import timezone
+
+    from ledger.models import AgentDayUsage
+    from tenancy.models import Membership
+
+    Membership.objects.create(user=auditor, project=other_project, role=Membership.Role.AUDITOR)
+    today = timezone.now().date()
+    usage = AgentDayUsage.objects
+    usage.create(project=project, day=today, agent="planner", tokens_in=100, tokens_out=10, cost_usd=0.25)
+    usage.create(project=other_project, day=today, agent="planner", tokens_in=50, tokens_out=5, cost_usd=0.5)
+    usage.create(project=project, day=today, agent="writer", tokens_in=7, tokens_out=1)
+    html = _html(auditor_client.get("/", {"window": "day"}))
+    table = html.split('<table class="usage">')[1].split("</table>")[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in rows]
+    assert [[re.sub(r"<[^>]+>", "", cell) for cell in row[1:]] for row in cells] == [
+        ["planner", "150", "15", "$0.7500"],
+        ["writer", "7", "1", "not reported"],
+    ]
+    columns = html.split('id="chart-usage-columns"')[1].split("</section>")[0]
+    assert "up to 173 tokens per day" in columns  # the planner's 165 under the writer's 8
+    assert re.search(r'data-subject="Runs of planner">165</a>', columns)
