@@ -23,6 +23,7 @@ HOT_PATH = (
     "ledger/ingest/runs.py",
     "ledger/ingest/services.py",
     "ledger/otlp/rows.py",
+    "ledger/otlp/services.py",
     "ledger/otlp/wire.py",
     "footprint_site/lib/chain.py",
     "footprint_site/lib/ids.py",

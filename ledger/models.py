@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from footprint_site.lib.jsonb import JsonbDecoder
+from ledger.otlp.wire import span_json
 from tenancy.models import AgentKey, Project
 
 
@@ -771,7 +772,8 @@ class AuditBundle(models.Model):
 class OtlpSpan(models.Model):
     """One OpenTelemetry span received on /v1/traces, kept verbatim beside its mapping to events.
 
-    Ids are lowercase hex as in OTLP/JSON; `raw` is the span as OTLP/JSON. The span's synthetic
+    Ids are lowercase hex as in OTLP/JSON; `protobuf` is the span as received, which `raw` reads
+    as OTLP/JSON; the other columns are what the ledger queries. The span's synthetic
     events carry seqs `first_seq … first_seq + event_count - 1` of run "otlp-<trace_id>": numbers
     handed out once, when the span is first stored, so a re-sent span maps to nothing new.
     """
@@ -798,7 +800,9 @@ class OtlpSpan(models.Model):
     events = models.JSONField(decoder=JsonbDecoder, default=list)
     resource_attributes = models.JSONField(decoder=JsonbDecoder, default=dict)
     scope = models.JSONField(decoder=JsonbDecoder, default=dict)
-    raw = models.JSONField(decoder=JsonbDecoder)
+    # Protobuf-encoded (an OTLP/JSON span as the message it decodes to), not jsonb: the verbatim
+    # copy is written once per span and read only to be shown or compared with a re-sent span.
+    protobuf = models.BinaryField()
     # Order in which the trace's spans were first stored (0, 1, 2 …).
     span_number = models.IntegerField()
     first_seq = models.IntegerField()
@@ -814,6 +818,11 @@ class OtlpSpan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.trace_id}/{self.span_id})"
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The span as OTLP/JSON, read from its verbatim copy."""
+        return span_json(bytes(self.protobuf))
 
 
 class IntegrityCheck(models.Model):

@@ -54,6 +54,7 @@ def test_what_runs_is_what_was_compiled() -> None:
     import ledger.ingest.runs
     import ledger.ingest.services
     import ledger.otlp.rows
+    import ledger.otlp.services
     import ledger.otlp.wire
     from footprint_site.compiled import is_compiled
 
@@ -63,6 +64,7 @@ def test_what_runs_is_what_was_compiled() -> None:
         ledger.ingest.runs,
         ledger.ingest.services,
         ledger.otlp.rows,
+        ledger.otlp.services,
         ledger.otlp.wire,
         footprint_site.lib.chain,
         footprint_site.lib.ids,

@@ -16,7 +16,7 @@ from ledger.otlp.wire import Span
 
 SPAN_COLUMNS: Final = (
     "project_id, trace_id, span_id, parent_span_id, name, kind, start_unix_nano, end_unix_nano, status_code,"
-    " status_message, attributes, events, resource_attributes, scope, raw, span_number, first_seq, event_count"
+    " status_message, attributes, events, resource_attributes, scope, protobuf, span_number, first_seq, event_count"
 )
 SPANS_COPY: Final = f"COPY ledger_otlpspan ({SPAN_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 
@@ -79,7 +79,7 @@ class SpanRowsWriter:
         return field
 
     def append(self, span: Span, span_number: int, first_seq: int, event_count: int) -> None:
-        raw = _jsonb(jsonb_text(span.raw))
+        protobuf = _pack_length(len(span.protobuf)) + span.protobuf
         attributes = _jsonb(jsonb_text(span.attributes))
         events = _jsonb(jsonb_text(span.events)) if span.events else b"\x00\x00\x00\x03\x01[]"
         parts = (
@@ -94,11 +94,11 @@ class SpanRowsWriter:
             events,
             self._shared_jsonb(span.resource_attributes),
             self._shared_jsonb(span.scope),
-            raw,
+            protobuf,
             _pack_counters(4, span_number, 4, first_seq, 4, event_count),
         )
         self.parts += parts
-        self.pending += len(raw) + len(attributes) + len(events) + 150
+        self.pending += len(protobuf) + len(attributes) + len(events) + 150
         if self.pending >= COPY_BLOCK_BYTES:
             self.write(b"".join(self.parts))
             self.parts, self.pending = [], 0

@@ -6,23 +6,19 @@ depends on the order spans arrive in, and a re-sent span is recognised by (trace
 and maps to nothing new.
 """
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Max
 
 from footprint_site.lib.db import server_binding_cursor
-from footprint_site.lib.js import js_equal
-from footprint_site.lib.jsonb import JsonbDecoder
 from ledger.exceptions import BatchInvalid
-from ledger.ingest.envelopes import Event, check_events, replace_nul
+from ledger.ingest.envelopes import Event, check_events
 from ledger.ingest.services import events_ingest
 from ledger.models import OtlpSpan, Run
 from ledger.otlp.rows import SPANS_COPY, SpanRowsWriter
-from ledger.otlp.wire import Span, export_message, is_agent_span, span_events
+from ledger.otlp.wire import Span, export_message, is_agent_span, same_span, span_events
 from tenancy.models import AgentKey, Project
 
 
@@ -43,31 +39,34 @@ def _lock_traces(project: Project, trace_ids: list[str]) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"otlp:{project.pk}:{trace_id}"])
 
 
-def _stored_raws(project: Project, by_trace: dict[str, dict[str, Span]]) -> dict[tuple[str, str], Any]:
+def _stored_copies(project: Project, by_trace: dict[str, dict[str, Span]]) -> dict[tuple[str, str], bytes]:
     """The verbatim copies of the request's spans that are stored already, by (trace id, span id)."""
     with server_binding_cursor() as cur:
-        # Two arrays, not one parameter per span: a 512-span request's IN list cost Django more
-        # time to build than PostgreSQL to answer. Usually no row: fresh spans.
+        # The span ids as one text, split by PostgreSQL: a 512-span request's IN list cost Django
+        # more time to build than PostgreSQL to answer, and psycopg dumping them as an array half
+        # of that still. They are hex (decode_spans), so a comma cannot be in one. Usually no row.
         cur.execute(
-            "SELECT trace_id, span_id, raw::text FROM ledger_otlpspan"
-            " WHERE project_id = %s AND trace_id = ANY(%s) AND span_id = ANY(%s)",
-            [project.pk, list(by_trace), [span_id for spans in by_trace.values() for span_id in spans]],
+            "SELECT trace_id, span_id, protobuf FROM ledger_otlpspan"
+            " WHERE project_id = %s AND trace_id = ANY(%s) AND span_id = ANY(string_to_array(%s, ','))",
+            [project.pk, list(by_trace), ",".join(span_id for spans in by_trace.values() for span_id in spans)],
         )
         return {
-            (trace_id, span_id): json.loads(raw, cls=JsonbDecoder)
-            for trace_id, span_id, raw in cur
+            (trace_id, span_id): protobuf
+            for trace_id, span_id, protobuf in cur
             if span_id in by_trace[trace_id]  # a span id of one trace stored under another is not it
         }
 
 
 def _next_numbers(project: Project, trace_ids: list[str]) -> dict[str, tuple[int, int]]:
     """Per trace: (next span_number, next free seq)."""
-    rows = (
-        OtlpSpan.objects.filter(project=project, trace_id__in=trace_ids)
-        .values("trace_id")
-        .annotate(number=Max("span_number"), seq=Max(F("first_seq") + F("event_count")))
-    )
-    return {row["trace_id"]: (row["number"] + 1, row["seq"]) for row in rows}
+    with server_binding_cursor() as cur:
+        # Its SQL, not the ORM's: building the query cost more than PostgreSQL answering it.
+        cur.execute(
+            "SELECT trace_id, max(span_number) + 1, max(first_seq + event_count) FROM ledger_otlpspan"
+            " WHERE project_id = %s AND trace_id = ANY(%s) GROUP BY trace_id",
+            [project.pk, trace_ids],
+        )
+        return {trace_id: (number, seq) for trace_id, number, seq in cur}
 
 
 def _numbered(envelopes: list[dict[str, Any]], first_seq: int) -> tuple[list[Event], int]:
@@ -156,15 +155,15 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
         if span.problem is not None:
             continue
         first = by_trace[span.trace_id].setdefault(span.span_id, span)  # the first copy in a request wins
-        if first is not span and first.raw != span.raw:
+        if first is not span and not same_span(first.protobuf, span.protobuf):
             problems.append(f"span {span.span_id} is in the request twice, with different content: the first is kept")
     trace_ids = sorted(by_trace)
     _lock_traces(project, trace_ids)
     # Exact under the trace locks: nobody else can store spans of these traces until COMMIT.
-    stored = _stored_raws(project, by_trace)
-    for (trace_id, span_id), raw in stored.items():
-        # An exporter's retry sends the same span (its numbers as jsonb read them back, by value).
-        if not js_equal(raw, replace_nul(by_trace[trace_id][span_id].raw)):
+    stored = _stored_copies(project, by_trace)
+    for (trace_id, span_id), protobuf in stored.items():
+        # An exporter's retry sends the same span.
+        if not same_span(protobuf, by_trace[trace_id][span_id].protobuf):
             problems.append(f"span {span_id} was stored earlier with different content: the stored one is kept")
     numbers = _next_numbers(project, trace_ids)
     rows: list[tuple[Span, int, int, int]] = []  # span, span_number, first_seq, event_count

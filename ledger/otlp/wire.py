@@ -4,13 +4,13 @@
 ExportTraceServiceRequest (protobuf or OTLP/JSON) into `Span`s, and `span_events` maps one span
 onto the typed events the rest of the ledger already understands (events-ledger spec §6 read
 backwards). Seqs are not assigned here: that needs to know which spans are already stored.
+`span_json` reads a span's stored protobuf copy back as OTLP/JSON.
 """
 
 import base64
 import math
 import re
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,11 +22,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtobufSpan
 
 from footprint_site.exceptions import BodyTooLarge, MalformedBody
 from footprint_site.lib.ids import is_plain_id
 from footprint_site.lib.jsonbody import MAX_DEPTH, nests_deeper_than, parse_stream_json
-from ledger.ingest.envelopes import OTLP_RUN_PREFIX
+from ledger.ingest.envelopes import OTLP_RUN_PREFIX, replace_nul
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -47,26 +48,52 @@ EVALUATION_EVENT = "gen_ai.evaluation.result"
 NOT_HEX = base64.b64encode(b"\x00").decode()
 
 
-@dataclass(frozen=True, slots=True)
 class Span:
-    """One span as received. `problem` is set when the span is invalid and must be rejected."""
+    """One span as received. `problem` is set when the span is invalid and must be rejected.
 
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    name: str
-    kind: int
-    start_unix_nano: int
-    end_unix_nano: int
-    status_code: int
-    status_message: str
-    attributes: dict[str, Any]
-    # {name, timeUnixNano (a string, as in OTLP/JSON), attributes}
-    events: list[dict[str, Any]]
-    resource_attributes: dict[str, Any]
-    scope: dict[str, Any]
-    raw: dict[str, Any]
-    problem: str | None = None
+    A plain class, not a frozen dataclass: compiled, it is built in one native call, where a
+    frozen dataclass's __init__ set each field through object.__setattr__ (3 µs a span, a fifth
+    of decoding one). Nothing changes a span once decoded."""
+
+    def __init__(
+        self,
+        *,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str,
+        name: str,
+        kind: int,
+        start_unix_nano: int,
+        end_unix_nano: int,
+        status_code: int,
+        status_message: str,
+        attributes: dict[str, Any],
+        events: list[dict[str, Any]],
+        resource_attributes: dict[str, Any],
+        scope: dict[str, Any],
+        protobuf: bytes,
+        problem: str | None = None,
+    ) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_span_id = parent_span_id
+        self.name = name
+        self.kind = kind
+        self.start_unix_nano = start_unix_nano
+        self.end_unix_nano = end_unix_nano
+        self.status_code = status_code
+        self.status_message = status_message
+        self.attributes = attributes
+        # {name, timeUnixNano (a string, as in OTLP/JSON), attributes}
+        self.events = events
+        self.resource_attributes = resource_attributes
+        self.scope = scope
+        # The span as received, protobuf-encoded (an OTLP/JSON span as the message it decodes to):
+        # the verbatim record, which `span_json` reads as OTLP/JSON. Kept as bytes, not as JSON:
+        # writing the JSON copy was a third of decoding a request, and jsonb parsing it a third of
+        # storing the row.
+        self.protobuf = protobuf
+        self.problem = problem
 
     @property
     def run_id(self) -> str:
@@ -217,7 +244,7 @@ def _json_value(kind: int, value: Any) -> Any:
     if kind == MESSAGE:
         return message_json(value)
     if kind == KEY_VALUE:
-        return _attribute(value)[1]
+        return _attribute(value)
     if kind == INT64:
         return str(value)
     if kind == BYTES:
@@ -227,49 +254,30 @@ def _json_value(kind: int, value: Any) -> Any:
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
-def _attribute(key_value: Any) -> tuple[Any, dict[str, Any]]:
-    """An attribute's plain value (as `any_value` gives it) and its ProtoJSON (as `message_json`
-    writes it), from one read of the usual string, integer and boolean values: three levels of
-    ListFields per attribute were half of what a span's verbatim copy cost."""
+def _attribute(key_value: Any) -> dict[str, Any]:
+    """An attribute's ProtoJSON (as `message_json` writes it), from one read of the usual string,
+    integer and boolean values: three levels of ListFields per attribute were half of what a
+    span's verbatim copy cost."""
     value = key_value.value
     kind = value.WhichOneof("value")
     if kind == "string_value":
-        text = value.string_value
-        written: dict[str, Any] = {"stringValue": text}
-        plain: Any = text
+        written: dict[str, Any] = {"stringValue": value.string_value}
     elif kind == "int_value":
-        plain = value.int_value
-        written = {"intValue": str(plain)}
+        written = {"intValue": str(value.int_value)}
     elif kind == "bool_value":
-        plain = value.bool_value
-        written = {"boolValue": plain}
+        written = {"boolValue": value.bool_value}
     else:
-        return any_value(value), message_json(key_value)
-    return plain, ({"key": key_value.key, "value": written} if key_value.key else {"value": written})
+        return message_json(key_value)
+    return {"key": key_value.key, "value": written} if key_value.key else {"value": written}
 
 
-def _attributes_both(key_values: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`attributes_of(key_values)` and the list `message_json` writes for them, in one pass."""
-    plain: dict[str, Any] = {}
-    written: list[dict[str, Any]] = []
-    for key_value in key_values:
-        value, as_json = _attribute(key_value)
-        plain[key_value.key] = value
-        written.append(as_json)
-    return plain, written
-
-
-def message_json(message: Any, attributes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def message_json(message: Any) -> dict[str, Any]:
     """`message` as `json_format.MessageToDict(message, use_integers_for_enums=True)` writes it, in
-    a fifth of its time: the span's verbatim copy is most of what decoding a request costs. A field
-    this does not write itself (a map, a well-known type) has json_format write the message.
-    `attributes`: the message's attributes as written already (`_attributes_both`)."""
+    a fifth of its time. A field this does not write itself (a map, a well-known type) has
+    json_format write the message."""
     document: dict[str, Any] = {}
     for field, value in message.ListFields():
         name, kind, repeated = _field_kind(field)
-        if attributes is not None and name == "attributes":
-            document[name] = attributes
-            continue
         if kind == ELSEWHERE:
             whole: dict[str, Any] = json_format.MessageToDict(message, use_integers_for_enums=True)
             return whole
@@ -277,18 +285,22 @@ def message_json(message: Any, attributes: list[dict[str, Any]] | None = None) -
     return document
 
 
-def _otlp_json(span: Any, attributes: list[dict[str, Any]], ids: dict[str, str]) -> dict[str, Any]:
-    """The span as OTLP/JSON: camelCase keys, integer enums, hex ids (`ids`: the span's own, in hex
-    already; its links' are turned from base64 here)."""
-    raw = message_json(span, attributes)
-    for key, hex_id in ids.items():
-        if key in raw:
-            raw[key] = hex_id
-    for link in _items(raw.get("links")):
-        for key in ("traceId", "spanId"):
-            if key in link:
-                link[key] = base64.b64decode(link[key]).hex()
-    return raw
+def span_json(protobuf: bytes) -> dict[str, Any]:
+    """A span's stored copy (`Span.protobuf`) as OTLP/JSON: camelCase keys, integer enums, hex ids
+    (its own and its links'), and U+FFFD for U+0000 as in the span's other columns."""
+    document = message_json(ProtobufSpan.FromString(protobuf))
+    for holder in (document, *_items(document.get("links"))):
+        for key in ("traceId", "spanId", "parentSpanId"):
+            if key in holder:
+                holder[key] = base64.b64decode(holder[key]).hex()
+    written: dict[str, Any] = replace_nul(document)
+    return written
+
+
+def same_span(protobuf: bytes, other: bytes) -> bool:
+    """Whether two stored copies hold the same span: the same bytes, or (an encoder may order or
+    keep unknown fields differently) the same OTLP/JSON."""
+    return protobuf == other or span_json(protobuf) == span_json(other)
 
 
 ENUM_RANGE = (-(2**15), 2**15 - 1)  # what the span row's smallint columns hold
@@ -321,21 +333,18 @@ def decode_spans(body: bytes, *, as_json: bool) -> list[Span]:
             for n, span in enumerate(scope_spans.spans):
                 problem = _problem_of(span)
                 parent = bytes(span.parent_span_id)
-                ids = {"traceId": bytes(span.trace_id).hex(), "spanId": bytes(span.span_id).hex()}
-                ids["parentSpanId"] = parent.hex()  # in the copy as sent, all zeros included
-                attributes, attributes_json = _attributes_both(span.attributes)
                 spans.append(
                     Span(
-                        trace_id=ids["traceId"],
-                        span_id=ids["spanId"],
-                        parent_span_id=ids["parentSpanId"] if any(parent) else "",
+                        trace_id=bytes(span.trace_id).hex(),
+                        span_id=bytes(span.span_id).hex(),
+                        parent_span_id=parent.hex() if any(parent) else "",
                         name=span.name,
                         kind=span.kind,
                         start_unix_nano=span.start_time_unix_nano,
                         end_unix_nano=span.end_time_unix_nano,
                         status_code=span.status.code,
                         status_message=span.status.message,
-                        attributes=attributes,
+                        attributes=attributes_of(span.attributes),
                         events=[
                             {
                                 "name": event.name,
@@ -346,7 +355,7 @@ def decode_spans(body: bytes, *, as_json: bool) -> list[Span]:
                         ],
                         resource_attributes=resource_attributes,
                         scope=scope,
-                        raw=_otlp_json(span, attributes_json, ids),
+                        protobuf=span.SerializeToString(),
                         problem=(
                             f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}] ({span.name!r}): {problem}"
                             if problem
