@@ -773,7 +773,8 @@ class OtlpSpan(models.Model):
     """One OpenTelemetry span received on /v1/traces, kept verbatim beside its mapping to events.
 
     Ids are lowercase hex as in OTLP/JSON; `protobuf` is the span as received, which `raw` reads
-    as OTLP/JSON; the other columns are what the ledger queries. The span's synthetic
+    as OTLP/JSON (spans stored before migration 0037 kept it as OTLP/JSON in `stored_json`); the
+    other columns are what the ledger queries. The span's synthetic
     events carry seqs `first_seq … first_seq + event_count - 1` of run "otlp-<trace_id>": numbers
     handed out once, when the span is first stored, so a re-sent span maps to nothing new.
     """
@@ -802,7 +803,10 @@ class OtlpSpan(models.Model):
     scope = models.JSONField(decoder=JsonbDecoder, default=dict)
     # Protobuf-encoded (an OTLP/JSON span as the message it decodes to), not jsonb: the verbatim
     # copy is written once per span and read only to be shown or compared with a re-sent span.
-    protobuf = models.BinaryField()
+    # NULL on the spans stored before, whose copy is `stored_json`: they were not rewritten, so
+    # upgrading costs no table rewrite and the version before goes on storing spans meanwhile.
+    protobuf = models.BinaryField(null=True)
+    stored_json = models.JSONField(decoder=JsonbDecoder, null=True, db_column="raw")
     # Order in which the trace's spans were first stored (0, 1, 2 …).
     span_number = models.IntegerField()
     first_seq = models.IntegerField()
@@ -822,6 +826,8 @@ class OtlpSpan(models.Model):
     @property
     def raw(self) -> dict[str, Any]:
         """The span as OTLP/JSON, read from its verbatim copy."""
+        if self.protobuf is None:
+            return dict(self.stored_json or {})
         return span_json(bytes(self.protobuf))
 
 

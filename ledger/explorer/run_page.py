@@ -627,6 +627,6 @@ def run_otlp_spans_page(*, run: Run, after_number: int = -1) -> dict[str, Any]:
     trace_id = _otlp_trace_id(run)
     if trace_id is None:
         return {"spans": [], "next_after": None}
-    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=trace_id).defer("protobuf")
+    spans = OtlpSpan.objects.filter(project_id=run.project_id, trace_id=trace_id).defer("protobuf", "stored_json")
     page = keyset_page(spans, order="span_number", after=after_number, limit=TAB_LIMIT)
     return {"spans": page.items, "next_after": page.next_after}

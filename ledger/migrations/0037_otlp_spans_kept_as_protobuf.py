@@ -2,9 +2,11 @@
 (`raw`, jsonb): `OtlpSpan.raw` reads it as OTLP/JSON now. Writing the JSON copy was a third of
 decoding a request and its jsonb a third of PostgreSQL's time storing the span rows.
 
-The stored copies are converted row by row, both ways; the table is rewritten once. OTLP requests
-served meanwhile by the version before (which writes `raw`) fail once `raw` is gone: run it with
-OTLP ingestion stopped, as it takes as long as rewriting the span table.
+The spans stored before keep their OTLP/JSON copy (the `raw` column, `OtlpSpan.stored_json`,
+which becomes nullable) and no `protobuf`: nothing is rewritten, so the migration takes no longer
+on a table of millions of spans than on an empty one, and the version before goes on storing
+spans (into `raw`) until the new one serves. Going back converts the spans stored since into
+OTLP/JSON before `protobuf` goes.
 """
 
 import base64
@@ -23,15 +25,6 @@ IDS = ("traceId", "spanId", "parentSpanId")
 def _holders(document: dict[str, Any]) -> list[dict[str, Any]]:
     links = document.get("links")
     return [document, *(link for link in (links if isinstance(links, list) else []) if isinstance(link, dict))]
-
-
-def _as_protobuf(raw: dict[str, Any]) -> bytes:
-    """OTLP/JSON (hex ids) into the protobuf message it decodes to (ProtoJSON: base64 ids)."""
-    for holder in _holders(raw):
-        for key in IDS:
-            if isinstance(holder.get(key), str):
-                holder[key] = base64.b64encode(bytes.fromhex(holder[key])).decode()
-    return json_format.ParseDict(raw, Span(), ignore_unknown_fields=True).SerializeToString()
 
 
 def _as_json(protobuf: bytes) -> dict[str, Any]:
@@ -53,39 +46,35 @@ def _without_nul(value: Any) -> Any:
     return value
 
 
-def _convert(apps: Any, source: str, target: str, convert: Any) -> None:
+def protobuf_to_json(apps: Any, schema_editor: Any) -> None:
+    """The spans stored since (protobuf only) get their OTLP/JSON copy back, a batch at a time."""
     OtlpSpan = apps.get_model("ledger", "OtlpSpan")
     last = 0
     while True:
-        batch = list(OtlpSpan.objects.filter(pk__gt=last).order_by("pk").only("pk", source)[:BATCH])
+        batch = list(
+            OtlpSpan.objects.filter(pk__gt=last, protobuf__isnull=False).order_by("pk").only("pk", "protobuf")[:BATCH]
+        )
         if not batch:
             return
         for span in batch:
-            setattr(span, target, convert(getattr(span, source)))
-        OtlpSpan.objects.bulk_update(batch, [target])
+            span.stored_json = _as_json(bytes(span.protobuf))
+        OtlpSpan.objects.bulk_update(batch, ["stored_json"])
         last = batch[-1].pk
-
-
-def raw_to_protobuf(apps: Any, schema_editor: Any) -> None:
-    _convert(apps, "raw", "protobuf", _as_protobuf)
-
-
-def protobuf_to_raw(apps: Any, schema_editor: Any) -> None:
-    _convert(apps, "protobuf", "raw", lambda protobuf: _as_json(bytes(protobuf)))
 
 
 class Migration(migrations.Migration):
     dependencies = [("ledger", "0036_partition_the_large_tables_by_month")]
 
     operations = [
-        migrations.AddField(model_name="otlpspan", name="protobuf", field=models.BinaryField(null=True)),
-        # Nullable before it goes, so that going back adds it to a table that has rows.
+        # Nullable: the spans stored from now on have no OTLP/JSON copy. Dropping NOT NULL reads
+        # and rewrites nothing.
         migrations.AlterField(
             model_name="otlpspan",
             name="raw",
-            field=models.JSONField(decoder=footprint_site.lib.jsonb.JsonbDecoder, null=True),
+            field=models.JSONField(decoder=footprint_site.lib.jsonb.JsonbDecoder, null=True, db_column="raw"),
         ),
-        migrations.RunPython(raw_to_protobuf, protobuf_to_raw),
-        migrations.RemoveField(model_name="otlpspan", name="raw"),
-        migrations.AlterField(model_name="otlpspan", name="protobuf", field=models.BinaryField()),
+        # The same column under the name that says what it holds now (no change in the database).
+        migrations.RenameField(model_name="otlpspan", old_name="raw", new_name="stored_json"),
+        migrations.AddField(model_name="otlpspan", name="protobuf", field=models.BinaryField(null=True)),
+        migrations.RunPython(migrations.RunPython.noop, protobuf_to_json),
     ]

@@ -6,6 +6,7 @@ depends on the order spans arrive in, and a re-sent span is recognised by (trace
 and maps to nothing new.
 """
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 from django.db import connection, transaction
 
 from footprint_site.lib.db import server_binding_cursor
+from footprint_site.lib.js import js_equal
+from footprint_site.lib.jsonb import JsonbDecoder
 from ledger.exceptions import BatchInvalid
 from ledger.ingest.envelopes import Event, check_events
 from ledger.ingest.services import events_ingest
 from ledger.models import OtlpSpan, Run
 from ledger.otlp.rows import SPANS_COPY, SpanRowsWriter
-from ledger.otlp.wire import Span, export_message, is_agent_span, same_span, span_events
+from ledger.otlp.wire import Span, export_message, is_agent_span, same_span, span_events, span_json
 from tenancy.models import AgentKey, Project
 
 
@@ -39,22 +42,33 @@ def _lock_traces(project: Project, trace_ids: list[str]) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"otlp:{project.pk}:{trace_id}"])
 
 
-def _stored_copies(project: Project, by_trace: dict[str, dict[str, Span]]) -> dict[tuple[str, str], bytes]:
-    """The verbatim copies of the request's spans that are stored already, by (trace id, span id)."""
+def _stored_copies(
+    project: Project, by_trace: dict[str, dict[str, Span]]
+) -> dict[tuple[str, str], tuple[bytes | None, str | None]]:
+    """The verbatim copies of the request's spans that are stored already, by (trace id, span id):
+    (protobuf, None), or (None, its OTLP/JSON text) for a span stored before migration 0037."""
     with server_binding_cursor() as cur:
         # The span ids as one text, split by PostgreSQL: a 512-span request's IN list cost Django
         # more time to build than PostgreSQL to answer, and psycopg dumping them as an array half
         # of that still. They are hex (decode_spans), so a comma cannot be in one. Usually no row.
         cur.execute(
-            "SELECT trace_id, span_id, protobuf FROM ledger_otlpspan"
+            "SELECT trace_id, span_id, protobuf, CASE WHEN protobuf IS NULL THEN raw::text END FROM ledger_otlpspan"
             " WHERE project_id = %s AND trace_id = ANY(%s) AND span_id = ANY(string_to_array(%s, ','))",
             [project.pk, list(by_trace), ",".join(span_id for spans in by_trace.values() for span_id in spans)],
         )
         return {
-            (trace_id, span_id): protobuf
-            for trace_id, span_id, protobuf in cur
+            (trace_id, span_id): (protobuf, stored_json)
+            for trace_id, span_id, protobuf, stored_json in cur
             if span_id in by_trace[trace_id]  # a span id of one trace stored under another is not it
         }
+
+
+def _same_as_stored(stored: tuple[bytes | None, str | None], span: Span) -> bool:
+    protobuf, stored_json = stored
+    if protobuf is not None:
+        return same_span(protobuf, span.protobuf)
+    # Kept as OTLP/JSON (before migration 0037), compared by value as jsonb read its numbers back.
+    return js_equal(json.loads(stored_json or "null", cls=JsonbDecoder), span_json(span.protobuf))
 
 
 def _next_numbers(project: Project, trace_ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -161,9 +175,9 @@ def otlp_ingest(*, project: Project, spans: list[Span], key: AgentKey | None = N
     _lock_traces(project, trace_ids)
     # Exact under the trace locks: nobody else can store spans of these traces until COMMIT.
     stored = _stored_copies(project, by_trace)
-    for (trace_id, span_id), protobuf in stored.items():
+    for (trace_id, span_id), stored_copy in stored.items():
         # An exporter's retry sends the same span.
-        if not same_span(protobuf, by_trace[trace_id][span_id].protobuf):
+        if not _same_as_stored(stored_copy, by_trace[trace_id][span_id]):
             problems.append(f"span {span_id} was stored earlier with different content: the stored one is kept")
     numbers = _next_numbers(project, trace_ids)
     rows: list[tuple[Span, int, int, int]] = []  # span, span_number, first_seq, event_count

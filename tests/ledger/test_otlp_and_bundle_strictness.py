@@ -227,6 +227,41 @@ def test_a_span_sent_again_with_other_content_is_rejected_naming_it_and_the_firs
     assert OtlpSpan.objects.get(span_id=span_id).name != "chat something-else"
 
 
+def _as_stored_before_protobuf_copies() -> None:
+    """Rewrite the stored spans as the version before migration 0037 kept them: OTLP/JSON only."""
+    for span in OtlpSpan.objects.all():
+        OtlpSpan.objects.filter(pk=span.pk).update(stored_json=span.raw, protobuf=None)
+
+
+def test_a_span_stored_as_otlp_json_before_is_read_and_recognised_when_sent_again(agent_client):
+    """Spans stored before their copy was kept as protobuf keep their OTLP/JSON copy (the upgrade
+    rewrites nothing): they read as before, and an exporter's retry of one is the same span."""
+    assert "partialSuccess" not in _post_otlp(agent_client, OTLP_FIXTURE).json()
+    as_json = {span.span_id: span.raw for span in OtlpSpan.objects.all()}
+    _as_stored_before_protobuf_copies()
+    count, events = OtlpSpan.objects.count(), RunEvent.objects.count()
+
+    assert {span.span_id: span.raw for span in OtlpSpan.objects.all()} == as_json
+    again = _post_otlp(agent_client, OTLP_FIXTURE)
+
+    assert again.status_code == 200, again.content[:300]
+    assert "partialSuccess" not in again.json()
+    assert (OtlpSpan.objects.count(), RunEvent.objects.count()) == (count, events)
+
+
+def test_a_span_stored_as_otlp_json_before_and_sent_again_changed_is_rejected(agent_client):
+    assert "partialSuccess" not in _post_otlp(agent_client, OTLP_FIXTURE).json()
+    _as_stored_before_protobuf_copies()
+    document = _otlp_document()
+    changed = _spans(document)[0]
+    changed["name"] = "chat something-else"
+
+    again = _post_otlp(agent_client, json.dumps(document)).json()["partialSuccess"]
+
+    assert int(again["rejectedSpans"]) == 1
+    assert changed["spanId"] in again["errorMessage"]
+
+
 def test_a_span_twice_in_one_request_with_other_content_is_rejected(agent_client):
     document = _otlp_document()
     spans = _spans(document)
