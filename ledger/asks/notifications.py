@@ -59,7 +59,9 @@ TIMEOUT_SECONDS = 10
 # A batch's lease: long enough for many messages, and a batch stops sending TIMEOUT_SECONDS before
 # it ends, so no attempt outlives it. A worker killed mid-batch delays its messages by this much.
 LEASE_SECONDS = 30
-BATCH = 10
+# A batch's claim and its record cost the same CPU whatever its size (about as much as four
+# emails), so a batch is this large; the sweep still sends its emails one at a time, at its pace.
+BATCH = 25
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}")
 MAX_ADDRESSES = 20
 # People told of a project's asks are the ones who may decide them.
@@ -280,10 +282,16 @@ def notifications_send_for_ask(*, ask_id: int) -> int:
 
 def notifications_send_due(*, limit: int = 200) -> int:
     """The outbox sweep for messages: attempt up to `limit` due ones, a batch at a time. Returns
-    how many were delivered. After a full batch (more may be due) it rests so that it sends no
-    more than FOOTPRINT_NOTIFICATIONS_PER_SECOND: a backlog drains at a steady pace instead of
+    how many were delivered. It sends no more than FOOTPRINT_NOTIFICATIONS_PER_SECOND, one email
+    every 1/FOOTPRINT_NOTIFICATIONS_PER_SECOND s: a backlog drains at a steady pace instead of
     taking a core from ingestion for as long as it lasts."""
     per_second = settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND
+    # The pace holds for each email, not only for each batch: a batch sent at once takes the CPU
+    # in bursts of tens of milliseconds, and an ingestion request that meets one waits it out;
+    # spread out, a request meets at most an email's millisecond or so.
+    interval = 1 / per_second if per_second > 0 else 0.0
+    # Sent at that pace, a batch must still end well within its lease.
+    most = BATCH if not interval else max(1, min(BATCH, int((LEASE_SECONDS - TIMEOUT_SECONDS) / 2 / interval)))
     delivered = 0
     # One SMTP connection for the whole sweep, kept open while it rests between batches: a
     # connection's greeting, EHLO and QUIT cost about as much CPU (here and in the mail server)
@@ -292,14 +300,16 @@ def notifications_send_due(*, limit: int = 200) -> int:
     try:
         while limit > 0:
             started = time.monotonic()
-            batch = min(limit, BATCH)
-            claimed, delivered_now = _deliver_batch_counted(_sendable(timezone.now()), limit=batch, mail=mail)
+            batch = min(limit, most)
+            claimed, delivered_now = _deliver_batch_counted(
+                _sendable(timezone.now()), limit=batch, mail=mail, interval=interval
+            )
             delivered += delivered_now
             if claimed < batch:
                 break
             limit -= claimed
-            if per_second > 0:
-                time.sleep(max(0.0, claimed / per_second - (time.monotonic() - started)))
+            if interval:
+                time.sleep(max(0.0, claimed * interval - (time.monotonic() - started)))
     finally:
         mail.close()
     return delivered
@@ -313,9 +323,11 @@ def _deliver_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> int:
         mail.close()
 
 
-def _deliver_batch_counted(due: QuerySet[WebhookDelivery], *, limit: int, mail: "_MailConnection") -> tuple[int, int]:
-    """Claim up to `limit` due messages, send them, record how each attempt ended: (claimed,
-    delivered).
+def _deliver_batch_counted(
+    due: QuerySet[WebhookDelivery], *, limit: int, mail: "_MailConnection", interval: float = 0.0
+) -> tuple[int, int]:
+    """Claim up to `limit` due messages, send them (one every `interval` s), record how each
+    attempt ended: (claimed, delivered).
 
     Ingestion shares the database and the CPU, so a batch goes to the database three times
     whatever its size: the claim, one statement (rows another sweep holds are skipped, not
@@ -328,7 +340,7 @@ def _deliver_batch_counted(due: QuerySet[WebhookDelivery], *, limit: int, mail: 
     claimed = _claim_batch(due, limit=limit)
     if not claimed:
         return 0, 0
-    outcomes = _send_batch(claimed, mail)
+    outcomes = _send_batch(claimed, mail, interval)
     _record_batch(claimed, outcomes)
     return len(claimed), sum(1 for outcome in outcomes.values() if outcome is not None and not outcome[1])
 
@@ -379,18 +391,24 @@ def _claim_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> list[_Claimed
 _Outcome = tuple[int | None, str] | None
 
 
-def _send_batch(claimed: list[_Claimed], mail: "_MailConnection") -> dict[int, _Outcome]:
-    """Send each claimed message once, emails over `mail`. Stops before the batch's lease could
-    run out (each send may take up to TIMEOUT_SECONDS): the rest are left unsent."""
+def _send_batch(claimed: list[_Claimed], mail: "_MailConnection", interval: float) -> dict[int, _Outcome]:
+    """Send each claimed message once, one every `interval` s, emails over `mail`. Stops before the
+    batch's lease could run out (each send may take up to TIMEOUT_SECONDS): the rest are left
+    unsent."""
     outcomes: dict[int, _Outcome] = {}
     agents = _agents_of([item.delivery.ask for item in claimed])
     budget_ends = time.monotonic() + LEASE_SECONDS - TIMEOUT_SECONDS
+    previous: float | None = None
     for item in claimed:
         delivery = item.delivery
+        if interval and previous is not None:
+            # Spaced from the previous email, not on a schedule from the batch's start: a worker
+            # held up (descheduled, a slow send) does not catch up in a burst.
+            time.sleep(max(0.0, previous + interval - time.monotonic()))
         if time.monotonic() >= budget_ends:
             outcomes[delivery.pk] = None
             continue
-        started = time.monotonic()
+        started = previous = time.monotonic()
         try:
             outcomes[delivery.pk] = _send(delivery, mail, agents)
         except Exception as exc:
