@@ -431,7 +431,7 @@ def _agents_of(asks: list[Ask]) -> dict[tuple[int, str], str | None]:
 
 
 # Every attempt's end and every message's state in one statement, whatever the batch's size
-# (Django's bulk_update builds a CASE per row and field: it cost more CPU than the sending).
+# (Django's bulk_update builds a CASE per row and field: it cost about as much CPU as the sending).
 # A message delivered is marked so; one failed waits out its backoff; one left unsent is handed
 # back, its attempt uncounted and its log row removed. A failed or unsent message that a later
 # attempt holds (its lease ran out, another sweep claimed it) is left to that attempt.
