@@ -285,13 +285,9 @@ def notifications_send_due(*, limit: int = 200) -> int:
     how many were delivered. It sends no more than FOOTPRINT_NOTIFICATIONS_PER_SECOND, one email
     every 1/FOOTPRINT_NOTIFICATIONS_PER_SECOND s: a backlog drains at a steady pace instead of
     taking a core from ingestion for as long as it lasts."""
-    per_second = settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND
-    # The pace holds for each email, not only for each batch: a batch sent at once takes the CPU
-    # in bursts of tens of milliseconds, and an ingestion request that meets one waits it out;
-    # spread out, a request meets at most an email's millisecond or so.
-    interval = 1 / per_second if per_second > 0 else 0.0
+    pace = _Pace(settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND)
     # Sent at that pace, a batch must still end well within its lease.
-    most = BATCH if not interval else max(1, min(BATCH, int((LEASE_SECONDS - TIMEOUT_SECONDS) / 2 / interval)))
+    most = max(1, min(BATCH, int((LEASE_SECONDS - TIMEOUT_SECONDS) / 2 / pace.interval))) if pace.interval else BATCH
     delivered = 0
     # One SMTP connection for the whole sweep, kept open while it rests between batches: a
     # connection's greeting, EHLO and QUIT cost about as much CPU (here and in the mail server)
@@ -299,17 +295,14 @@ def notifications_send_due(*, limit: int = 200) -> int:
     mail = _MailConnection()
     try:
         while limit > 0:
-            started = time.monotonic()
             batch = min(limit, most)
             claimed, delivered_now = _deliver_batch_counted(
-                _sendable(timezone.now()), limit=batch, mail=mail, interval=interval
+                _sendable(timezone.now()), limit=batch, mail=mail, pace=pace
             )
             delivered += delivered_now
             if claimed < batch:
                 break
             limit -= claimed
-            if interval:
-                time.sleep(max(0.0, claimed * interval - (time.monotonic() - started)))
     finally:
         mail.close()
     return delivered
@@ -318,16 +311,38 @@ def notifications_send_due(*, limit: int = 200) -> int:
 def _deliver_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> int:
     mail = _MailConnection()
     try:
-        return _deliver_batch_counted(due, limit=limit, mail=mail)[1]
+        return _deliver_batch_counted(due, limit=limit, mail=mail, pace=_Pace(0))[1]
     finally:
         mail.close()
 
 
+class _Pace:
+    """One email every 1/`per_second` s (0: no pace), for a whole sweep. The pace holds for each
+    email, not for each batch: a batch sent at once takes the CPU in bursts of tens of
+    milliseconds, and an ingestion request that meets one waits it out; spread out, a request
+    meets at most an email's millisecond or so. Each email is spaced from the one before, not
+    put on a schedule: a sender held up (descheduled, a slow send, stopped) does not catch up in
+    a burst; and a batch's claim falls within the wait for its first email."""
+
+    def __init__(self, per_second: int) -> None:
+        self.interval = 1 / per_second if per_second > 0 else 0.0
+        self._previous: float | None = None
+
+    def wait(self) -> None:
+        if self.interval and self._previous is not None:
+            time.sleep(max(0.0, self._previous + self.interval - time.monotonic()))
+
+    def sending(self) -> float:
+        """Note that an email is being sent now; the time, by the same clock."""
+        self._previous = time.monotonic()
+        return self._previous
+
+
 def _deliver_batch_counted(
-    due: QuerySet[WebhookDelivery], *, limit: int, mail: "_MailConnection", interval: float = 0.0
+    due: QuerySet[WebhookDelivery], *, limit: int, mail: "_MailConnection", pace: _Pace
 ) -> tuple[int, int]:
-    """Claim up to `limit` due messages, send them (one every `interval` s), record how each
-    attempt ended: (claimed, delivered).
+    """Claim up to `limit` due messages, send them at `pace`, record how each attempt ended:
+    (claimed, delivered).
 
     Ingestion shares the database and the CPU, so a batch goes to the database three times
     whatever its size: the claim, one statement (rows another sweep holds are skipped, not
@@ -340,7 +355,7 @@ def _deliver_batch_counted(
     claimed = _claim_batch(due, limit=limit)
     if not claimed:
         return 0, 0
-    outcomes = _send_batch(claimed, mail, interval)
+    outcomes = _send_batch(claimed, mail, pace)
     _record_batch(claimed, outcomes)
     return len(claimed), sum(1 for outcome in outcomes.values() if outcome is not None and not outcome[1])
 
@@ -391,24 +406,19 @@ def _claim_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> list[_Claimed
 _Outcome = tuple[int | None, str] | None
 
 
-def _send_batch(claimed: list[_Claimed], mail: "_MailConnection", interval: float) -> dict[int, _Outcome]:
-    """Send each claimed message once, one every `interval` s, emails over `mail`. Stops before the
-    batch's lease could run out (each send may take up to TIMEOUT_SECONDS): the rest are left
-    unsent."""
+def _send_batch(claimed: list[_Claimed], mail: "_MailConnection", pace: _Pace) -> dict[int, _Outcome]:
+    """Send each claimed message once, at `pace`, emails over `mail`. Stops before the batch's
+    lease could run out (each send may take up to TIMEOUT_SECONDS): the rest are left unsent."""
     outcomes: dict[int, _Outcome] = {}
     agents = _agents_of([item.delivery.ask for item in claimed])
     budget_ends = time.monotonic() + LEASE_SECONDS - TIMEOUT_SECONDS
-    previous: float | None = None
     for item in claimed:
         delivery = item.delivery
-        if interval and previous is not None:
-            # Spaced from the previous email, not on a schedule from the batch's start: a worker
-            # held up (descheduled, a slow send) does not catch up in a burst.
-            time.sleep(max(0.0, previous + interval - time.monotonic()))
+        pace.wait()
         if time.monotonic() >= budget_ends:
             outcomes[delivery.pk] = None
             continue
-        started = previous = time.monotonic()
+        started = pace.sending()
         try:
             outcomes[delivery.pk] = _send(delivery, mail, agents)
         except Exception as exc:

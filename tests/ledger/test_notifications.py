@@ -268,6 +268,7 @@ def test_a_sweep_spaces_its_emails_at_its_pace_and_a_slow_one_is_not_made_up_in_
     project: Project, agent_client: ApiClient, mailoutbox: list[Any], settings: Any, monkeypatch: Any
 ) -> None:
     settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND = 10
+    monkeypatch.setattr(notifications, "BATCH", 2)  # the pace holds across batches too
     notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
     for n in range(4):
         open_ask(agent_client, plain_body(f"q{n}", f"run-q{n}"))
