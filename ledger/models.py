@@ -723,7 +723,15 @@ class WebhookDelivery(models.Model):
                 fields=["next_attempt_at"],
                 name="webhook_due",
                 condition=~models.Q(status="delivered"),
-            )
+            ),
+            # The notification sweep's claim walks this in its order (next_attempt_at, then id) and
+            # stops after a batch; without it each batch sorted every waiting message, so draining
+            # a backlog cost the database time growing with the backlog's square.
+            models.Index(
+                fields=["next_attempt_at", "id"],
+                name="notification_due",
+                condition=models.Q(kind="notification") & ~models.Q(status="delivered"),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -2,6 +2,7 @@
 and webhook receiver, and the outbox's retries when the mail server is down."""
 
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -261,3 +262,34 @@ def test_messages_a_batch_cannot_reach_before_its_lease_are_handed_back_unsent(
     monkeypatch.undo()
     assert notifications.notifications_send_for_ask(ask_id=ask["id"]) == 1
     assert len(smtp.messages) == 1
+
+
+def test_a_sweep_spaces_its_emails_at_its_pace_and_a_slow_one_is_not_made_up_in_a_burst(
+    project: Project, agent_client: ApiClient, mailoutbox: list[Any], settings: Any, monkeypatch: Any
+) -> None:
+    settings.FOOTPRINT_NOTIFICATIONS_PER_SECOND = 10
+    monkeypatch.setattr(notifications, "BATCH", 2)  # the pace holds across batches too
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    for n in range(4):
+        open_ask(agent_client, plain_body(f"q{n}", f"run-q{n}"))
+    # The sweep's own clock, moved by its rests and by a send that takes half a second: when each
+    # email went out.
+    clock = {"now": 0.0}
+    sent_at: list[float] = []
+    monkeypatch.setattr(
+        notifications,
+        "time",
+        SimpleNamespace(monotonic=lambda: clock["now"], sleep=lambda s: clock.update(now=clock["now"] + s)),
+    )
+    send = notifications._MailConnection.send
+
+    def send_and_note(self: Any, message: Any, to: list[str]) -> Any:
+        sent_at.append(clock["now"])
+        if len(sent_at) == 2:
+            clock["now"] += 0.5
+        return send(self, message, to)
+
+    monkeypatch.setattr(notifications._MailConnection, "send", send_and_note)
+    assert notifications.notifications_send_due() == 4
+    assert len(mailoutbox) == 4
+    assert sent_at == pytest.approx([0.0, 0.1, 0.6, 0.7])
