@@ -49,7 +49,7 @@ from ledger.models import (
     ToolCall,
     WebhookDelivery,
 )
-from tenancy.models import AdminChange, Membership, Project
+from tenancy.models import DECIDING_ROLES, AdminChange, Membership, Project
 from tenancy.selectors import approver_projects
 from tenancy.services import UNNAMED, Actor, admin_change_record
 
@@ -64,8 +64,6 @@ LEASE_SECONDS = 30
 BATCH = 25
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}")
 MAX_ADDRESSES = 20
-# People told of a project's asks are the ones who may decide them.
-DECIDERS = (Membership.Role.APPROVER, Membership.Role.ADMIN)
 Event = WebhookDelivery.Event
 NOTIFICATION = WebhookDelivery.Kind.NOTIFICATION
 
@@ -217,10 +215,11 @@ _CHANNEL_FLAG: dict[str, str] = {Event.ASK_OPENED: "on_new_ask", Event.DEADLINE_
 
 
 def _people(project_id: int, event: str) -> QuerySet[NotificationPreference]:
+    """The people told of a project's asks: the ones who may decide them, and who asked to be told."""
     return NotificationPreference.objects.filter(
         project_id=project_id, **{_PERSON_FLAG[event]: True}, user__is_active=True
     ).filter(
-        Q(Exists(Membership.objects.filter(user=OuterRef("user"), project_id=project_id, role__in=DECIDERS)))
+        Q(Exists(Membership.objects.filter(user=OuterRef("user"), project_id=project_id, role__in=DECIDING_ROLES)))
         | Q(user__is_superuser=True),
         ~Q(user__email=""),
     )
