@@ -25,9 +25,10 @@ Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production setti
    agent), then the second; latency runs from just before the second approval to the waiter's
    last byte, against the same baseline as part 1.
 5. Notifications. BENCH_NOTIFICATIONS (2,000) email notifications are queued in the outbox and a
-   worker process sends them all (at the configured FOOTPRINT_NOTIFICATIONS_PER_SECOND) to a local
-   SMTP server (aiosmtpd, in a process of its own), while POST /api/v1/events (20 events) is timed
-   over and over. The worker is stopped (SIGSTOP) and let go every BENCH_NOTIFY_WINDOW_MS (1000):
+   worker process sends them all (at the configured FOOTPRINT_NOTIFICATIONS_PER_SECOND, at the CPU
+   priority a Celery worker gives itself, FOOTPRINT_WORKER_NICENESS) to a local SMTP server
+   (aiosmtpd, in a process of its own), while POST /api/v1/events (20 events) is timed over and
+   over. The worker is stopped (SIGSTOP) and let go every BENCH_NOTIFY_WINDOW_MS (1000):
    the POSTs of the stopped windows (at least BENCH_INGEST_REQUESTS, 300) are the baseline, taken
    in the same seconds as the others so the machine's other load falls on both. Prints the emails
    sent per second it ran and ingestion's p99 beside against alone.
@@ -331,10 +332,13 @@ INSERT INTO ledger_webhookdelivery (ask_id, url, status, attempts, created_at, n
 SELECT a.id, 'mailto:oncall@bench.example', 'pending', 0, now(), now(), 'notification', %(channel)s, 'ask_opened', 0
 FROM ledger_ask a WHERE a.status = 'open' ORDER BY a.id LIMIT %(n)s
 """
-# The worker's outbox sweep, run to the end of the queue in its own process (as a Celery worker would).
+# The worker's outbox sweep, run to the end of the queue in its own process at the worker's CPU
+# priority (as a Celery worker would: footprint_site.celery lowers it as the worker starts).
 SEND_ALL = """
 import time
+from footprint_site.celery import worker_priority_lower
 from ledger.asks.notifications import notifications_send_due
+worker_priority_lower()
 print("sending", flush=True)
 started, sent = time.perf_counter(), 0
 while (batch := notifications_send_due(limit=200)):

@@ -3,6 +3,8 @@ import warnings
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
+from celery.signals import worker_init
+from django.conf import settings
 from django.db import transaction
 
 # As root (containers, this machine's services) the worker warns at every start. Its danger is
@@ -14,6 +16,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "footprint_site.settings")
 app = Celery("footprint_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def worker_priority_lower(**_: object) -> None:
+    """Lower the worker's CPU priority by FOOTPRINT_WORKER_NICENESS, before its pool's processes
+    are started: they inherit it. Its PostgreSQL sessions keep the server's priority."""
+    if settings.FOOTPRINT_WORKER_NICENESS:
+        os.nice(settings.FOOTPRINT_WORKER_NICENESS)
 
 
 def task_send_on_commit(name: str, *args: object) -> None:

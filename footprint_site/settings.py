@@ -322,5 +322,14 @@ FOOTPRINT_NOTIFY_HTTP_HOSTS = env.list("FOOTPRINT_NOTIFY_HTTP_HOSTS", default=[]
 # The outbox sweep sends at most this many notifications a second (0: no limit), resting between
 # its batches, so a backlog drains without taking a core from ingestion.
 FOOTPRINT_NOTIFICATIONS_PER_SECOND = env.int("FOOTPRINT_NOTIFICATIONS_PER_SECOND", default=50)
+# The Celery worker's CPU priority below the web server's (nice, 0 to 19): on a machine that runs
+# both, the kernel serves ingestion's answers first when both want the CPU, and the worker's work
+# (an outbox, sweeps, indexes) waits milliseconds. 0 keeps the priority it was started with.
+FOOTPRINT_WORKER_NICENESS = env.int("FOOTPRINT_WORKER_NICENESS", default=10)
+if not 0 <= FOOTPRINT_WORKER_NICENESS <= 19:
+    raise ImproperlyConfigured(
+        f"FOOTPRINT_WORKER_NICENESS={FOOTPRINT_WORKER_NICENESS}: give how far below the web server's the"
+        " worker's CPU priority is, from 0 (the same) to 19 (the lowest)."
+    )
 # An ask is announced as nearing its deadline this long before it.
 FOOTPRINT_DEADLINE_WARNING_MINUTES = env.int("FOOTPRINT_DEADLINE_WARNING_MINUTES", default=5)

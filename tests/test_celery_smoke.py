@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+from django.conf import settings
 
 from artifacts.models import Artifact, Tombstone
 from artifacts.scopes import Scope
@@ -100,6 +102,14 @@ def worker(tmp_path: Path) -> Iterator[Worker]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_the_worker_runs_below_the_web_servers_cpu_priority(worker: Worker) -> None:
+    """On a machine running both, the kernel serves ingestion first (FOOTPRINT_WORKER_NICENESS)."""
+    started_at = os.nice(0)  # this process's, which the worker started with
+
+    assert settings.FOOTPRINT_WORKER_NICENESS > 0
+    assert psutil.Process(worker.process.pid).nice() == min(19, started_at + settings.FOOTPRINT_WORKER_NICENESS)
 
 
 def test_celery_worker_sweeps_an_expired_artifact(worker: Worker, project) -> None:

@@ -5,6 +5,7 @@ scope, throttled sign-ins, and beat passes that do not pile up behind a stopped 
 import os
 import re
 import runpy
+import secrets
 import subprocess
 import sys
 from io import StringIO
@@ -150,13 +151,19 @@ def test_admin_shows_an_ask_but_neither_its_checkpoint_nor_its_consent_url(
 
 
 def _settings_start(
-    tmp_path: Path, secret_key: str | None, code: str = "import django; django.setup(); print('started')"
+    tmp_path: Path,
+    secret_key: str | None,
+    code: str = "import django; django.setup(); print('started')",
+    **settings_environment: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Production settings (DEBUG off) in a fresh interpreter, DATA_DIR at `tmp_path`; no
-    DJANGO_SECRET_KEY at all when `secret_key` is None."""
+    """Production settings (DEBUG off) in a fresh interpreter, DATA_DIR at `tmp_path`, and
+    `settings_environment`; no DJANGO_SECRET_KEY at all when `secret_key` is None."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FOOTPRINT_"))}
     environment.update(
-        DJANGO_SETTINGS_MODULE="footprint_site.settings", DJANGO_DEBUG="0", FOOTPRINT_DATA_DIR=str(tmp_path)
+        DJANGO_SETTINGS_MODULE="footprint_site.settings",
+        DJANGO_DEBUG="0",
+        FOOTPRINT_DATA_DIR=str(tmp_path),
+        **settings_environment,
     )
     if secret_key is not None:
         environment["DJANGO_SECRET_KEY"] = secret_key
@@ -181,6 +188,14 @@ def test_production_settings_refuse_a_secret_key_copied_from_env_example(tmp_pat
 
     assert result.returncode != 0, result.stdout
     assert "DJANGO_SECRET_KEY" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("niceness", ["-5", "20"])
+def test_settings_refuse_a_worker_niceness_out_of_range(tmp_path: Path, niceness: str) -> None:
+    result = _settings_start(tmp_path, secrets.token_urlsafe(50), FOOTPRINT_WORKER_NICENESS=niceness)
+
+    assert result.returncode != 0, result.stdout
+    assert f"FOOTPRINT_WORKER_NICENESS={niceness}: give how far below" in result.stderr, result.stderr[-2000:]
 
 
 def test_the_wsgi_module_imports_the_api_before_the_fork_and_opens_no_database_connection(tmp_path: Path) -> None:
