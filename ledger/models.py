@@ -507,6 +507,10 @@ class Recording(models.Model):
         return f"recording of {self.run_id}"
 
 
+# An ask whose opening, or whose decision once made, the overview's rollups have not counted.
+ASK_ROLLUP_PENDING = models.Q(rolled_up=0) | models.Q(rolled_up=1, decided_at__isnull=False)
+
+
 class Ask(models.Model):
     """A paused run waiting for a person: a middleware `ask`, a tool's check-in, or `askHuman`.
 
@@ -592,6 +596,9 @@ class Ask(models.Model):
     standing_approval = models.ForeignKey(
         "StandingApproval", on_delete=models.PROTECT, null=True, blank=True, related_name="asks"
     )
+    # What the overview's rollups have counted of it (ledger.overview.services.asks_fold_pending):
+    # nothing, its opening, or its opening and its decision.
+    rolled_up = models.SmallIntegerField(db_default=0)
 
     class Meta:
         constraints = [
@@ -615,11 +622,14 @@ class Ask(models.Model):
                 name="ask_handoff_waiting",
                 condition=models.Q(kind__in=["takeover", "credential"], status__in=["open", "superseded"]),
             ),
-            # The overview's asks over a window: those opened in it, those decided in it.
+            # The asks opened, or decided, in a window: what a chart column's link lists.
             models.Index(fields=["project", "created_at"], name="ask_by_opening"),
             models.Index(
                 fields=["project", "decided_at"], name="ask_by_decision", condition=models.Q(decided_at__isnull=False)
             ),
+            # The asks the overview's rollups have not counted all of yet: a few, whatever the
+            # number of asks kept (the fold's scan, and the overview's "figures as of").
+            models.Index(fields=["project"], name="ask_rollup_pending", condition=ASK_ROLLUP_PENDING),
         ]
 
     def __str__(self) -> str:
@@ -973,6 +983,12 @@ class RunTombstone(models.Model):
         return f"tombstone of {self.run_id}"
 
 
+# Time to decision is counted in buckets of a fixed ratio: bucket k holds the times from
+# 2^(k/n) to 2^((k+1)/n) seconds (n = this), so a percentile read from the buckets is within
+# 2^(1/2n) - 1 (4.4%) of the exact one, and a window holds at most a few hundred of them.
+DECISION_TIME_BUCKETS_PER_DOUBLING = 8
+
+
 class ActivityCount(models.Model):
     """How many things of a kind happened in a project in one minute: the overview's counters.
 
@@ -989,6 +1005,12 @@ class ActivityCount(models.Model):
         REFUSAL_RULE = "refusal-rule", "refusals by rule"
         TOOL_ERROR = "tool-error", "tool calls that failed"
         TOOL_REFUSAL = "tool-refusal", "refusals of a tool"
+        # Asks, in the minute they were opened or decided (ledger.overview.services.asks_fold_pending).
+        ASK_OPENED = "ask-opened", "asks opened"
+        ASK_DECIDED = "ask-decided", "asks decided"  # by a person, an agent's key, a standing approval or the run
+        ASK_TIMED_OUT = "ask-timed-out", "asks closed by their deadline"
+        # key: the decided ask's time to decision as a bucket of DECISION_TIME_BUCKETS_PER_DOUBLING
+        ASK_DECISION_TIME = "ask-decision-time", "asks decided, by time to decision"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
     minute = models.DateTimeField()

@@ -1,8 +1,8 @@
-"""The overview's reads: a window of the rollups, the asks and the chain checks of a person's projects.
+"""The overview's reads: a window of the rollups and the chain checks of a person's projects.
 
 Every selector takes the projects it answers for (the person's, or one of them) and reads nothing
-else. Their cost follows the window (its minutes, asks and checks), never the ledger's size: the
-events themselves are read only through the rollups.
+else. Their cost follows the window (its columns and checks), never the ledger's size: events and
+asks are read only through the rollups.
 """
 
 from collections import defaultdict
@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from footprint_site.replicas import lagging_reads_alias
+from ledger.models import DECISION_TIME_BUCKETS_PER_DOUBLING, ActivityCount
 from tenancy.models import Project
 
 # date_bin's origin: buckets of a day or of hours start at UTC midnight.
@@ -121,6 +122,8 @@ class Overview:
 # (a 30-day window's tools and rules were four rows in five, and a busier ledger fills more of
 # a day's or a week's buckets).
 RANKED_KINDS = ["refusal-rule", "tool-error", "tool-refusal"]
+# Summed over the window too: the decision times' buckets, read as percentiles.
+_SUMMED_KINDS = [*RANKED_KINDS, ActivityCount.Kind.ASK_DECISION_TIME]
 # A window reads the coarsest counters its columns are whole multiples of: a 30-day window reads
 # 30 days a project and key, a week 168 hours, where their minutes grow to 43,200 and 10,080 as
 # the ledger gets busier. (table, its time column) → the statement; names from this module only.
@@ -149,24 +152,6 @@ def _counts_sql(step: timedelta) -> str:
     return _COUNTS[("ledger_activitycount", "minute")]
 
 
-_ASKS_OPENED = """
-SELECT date_bin(%(step)s, created_at, %(origin)s), count(*) FROM ledger_ask
-WHERE project_id = ANY(%(projects)s) AND created_at >= %(since)s GROUP BY 1
-"""
-# Who decided: a person or an agent's key in time, or the deadline; a decision the run reported
-# (made elsewhere) counts as decided, its time to decision too.
-_ASKS_DECIDED = """
-SELECT date_bin(%(step)s, decided_at, %(origin)s), decided_via = 'deadline', count(*) FROM ledger_ask
-WHERE project_id = ANY(%(projects)s) AND decided_at >= %(since)s GROUP BY 1, 2
-"""
-_DECISION_TIMES = """
-SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds),
-    percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds), count(*)
-FROM (
-    SELECT extract(epoch FROM decided_at - created_at) AS seconds FROM ledger_ask
-    WHERE project_id = ANY(%(projects)s) AND decided_at >= %(since)s AND decided_via <> 'deadline'
-) AS decisions
-"""
 # An agent's day across the projects shown is one row: the table names no project (its links
 # list the agent's runs in all of them), and a row a project would make the table grow with them.
 _USAGE = """
@@ -180,11 +165,16 @@ WHERE r.project_id = ANY(%(projects)s) AND c.status = 'done' AND c.finished_at >
 ORDER BY c.finished_at DESC
 """
 # Runs the rollups have not reached the end of (the partial index `run_rollup_pending`), and the
-# first record each has not counted.
+# first record each has not counted; asks whose opening or decision they have not counted
+# (`ask_rollup_pending`), and when that happened.
 _PENDING_SINCE = """
-SELECT min(e.received_at) FROM ledger_run r
-JOIN ledger_runevent e ON e.run_id = r.id AND e.period = r.period AND e.position = r.rolled_up
-WHERE r.chain_length > r.rolled_up AND r.project_id = ANY(%(projects)s)
+SELECT least(
+    (SELECT min(e.received_at) FROM ledger_run r
+    JOIN ledger_runevent e ON e.run_id = r.id AND e.period = r.period AND e.position = r.rolled_up
+    WHERE r.chain_length > r.rolled_up AND r.project_id = ANY(%(projects)s)),
+    (SELECT min(CASE WHEN rolled_up = 0 THEN created_at ELSE decided_at END) FROM ledger_ask
+    WHERE (rolled_up = 0 OR (rolled_up = 1 AND decided_at IS NOT NULL)) AND project_id = ANY(%(projects)s))
+)
 """
 _HAS_RUNS = "SELECT EXISTS (SELECT 1 FROM ledger_run WHERE project_id = ANY(%(projects)s))"
 BREAKS_LISTED = 5
@@ -202,11 +192,10 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
         "since": buckets[0],
         # A refusal stamped ahead of the server's clock stays out, as in the columns.
         "until": buckets[-1] + window.step,
-        "ranked": RANKED_KINDS,
+        "ranked": _SUMMED_KINDS,
     }
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * len(buckets))
     totals: dict[tuple[str, str], int] = {}
-    opened, decided, timed_out = ([0] * len(buckets) for _ in range(3))
     alias = lagging_reads_alias()
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
         # Every read here is small, but the pending-rollup join's estimate follows the number of
@@ -219,16 +208,6 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
                 totals[(kind, key)] = int(count)
             elif bucket in place:
                 counts[(kind, key)][place[bucket]] += int(count)
-        cur.execute(_ASKS_OPENED, params)
-        for bucket, count in cur.fetchall():
-            if bucket in place:
-                opened[place[bucket]] += count
-        cur.execute(_ASKS_DECIDED, params)
-        for bucket, by_deadline, count in cur.fetchall():
-            if bucket in place:
-                (timed_out if by_deadline else decided)[place[bucket]] += count
-        cur.execute(_DECISION_TIMES, params)
-        p50, p90, decided_total = cur.fetchone()
         cur.execute(_USAGE, params)
         usage = [AgentUsage(*row) for row in cur.fetchall()]
         cur.execute(_INTEGRITY, params)
@@ -238,19 +217,13 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
         cur.execute(_HAS_RUNS, params)
         (has_runs,) = cur.fetchone()
     breaks = [BrokenChain(slug, run_id, broken_at, at) for valid, slug, run_id, broken_at, at in checks if not valid]
+    asks = _ask_figures(counts, totals, len(buckets))
     return Overview(
         window=window,
         buckets=buckets,
         counts=dict(counts),
         totals=totals,
-        asks=AskFigures(
-            opened=opened,
-            decided=decided,
-            timed_out=timed_out,
-            decision_p50=None if p50 is None else timedelta(seconds=p50),
-            decision_p90=None if p90 is None else timedelta(seconds=p90),
-            decided_total=decided_total,
-        ),
+        asks=asks,
         usage=usage,
         integrity=IntegrityFigures(
             verified=len(checks) - len(breaks), broken=len(breaks), breaks=breaks[:BREAKS_LISTED]
@@ -259,3 +232,42 @@ def overview_get(*, projects: QuerySet[Project] | list[Project], window: Window)
         has_runs=has_runs,
         now=now,
     )
+
+
+def _ask_figures(
+    counts: dict[tuple[str, str], list[int]], totals: dict[tuple[str, str], int], width: int
+) -> AskFigures:
+    """The asks' columns, and time to decision's p50/p90 from its buckets (within 4.4%, see
+    DECISION_TIME_BUCKETS_PER_DOUBLING); the asks' rows are taken out of `counts` and `totals`."""
+    opened, decided, timed_out = (
+        counts.pop((kind, ""), [0] * width)
+        for kind in (ActivityCount.Kind.ASK_OPENED, ActivityCount.Kind.ASK_DECIDED, ActivityCount.Kind.ASK_TIMED_OUT)
+    )
+    by_bucket = sorted(
+        (int(key), totals.pop((kind, key)))
+        for kind, key in list(totals)
+        if kind == ActivityCount.Kind.ASK_DECISION_TIME
+    )
+    decided_total = sum(count for _, count in by_bucket)
+    return AskFigures(
+        opened=opened,
+        decided=decided,
+        timed_out=timed_out,
+        decision_p50=_decision_time_percentile(by_bucket, decided_total, 0.5),
+        decision_p90=_decision_time_percentile(by_bucket, decided_total, 0.9),
+        decided_total=decided_total,
+    )
+
+
+def _decision_time_percentile(by_bucket: list[tuple[int, int]], total: int, fraction: float) -> timedelta | None:
+    """The decision time below which `fraction` of them fall: the geometric middle of the bucket
+    holding the one at that rank, as percentile_cont counts ranks (0 … total - 1)."""
+    if not total:
+        return None
+    rank = fraction * (total - 1)
+    below = 0
+    for bucket, count in by_bucket:
+        below += count
+        if rank < below:
+            return timedelta(seconds=2 ** ((bucket + 0.5) / DECISION_TIME_BUCKETS_PER_DOUBLING))
+    raise AssertionError("a rank below the total is in some bucket")

@@ -1,12 +1,15 @@
 """The overview's rollups: every stored record counted once, whatever passes run and when."""
 
+import math
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
 from django.db.models import F, Sum
+from django.utils import timezone
 
-from ledger.models import ActivityCount, AgentDayUsage, Refusal, Run, ToolCall
+from ledger.models import ActivityCount, AgentDayUsage, Ask, Refusal, Run, ToolCall
 from ledger.overview import services
 from tests.conftest import fixture_events
 
@@ -96,6 +99,7 @@ def test_folding_in_small_transactions_counts_the_same(stored, monkeypatch):
     with connection.cursor() as cur:
         cur.execute("DELETE FROM ledger_rollupruncost")
     Run.objects.update(rolled_up=0)
+    Ask.objects.update(rolled_up=0)
     monkeypatch.setattr(services, "RECORDS_PER_TRANSACTION", 10**6)
     monkeypatch.setattr(services, "RECORDS_PER_PASS", 10**6)
     services.rollups_fold_pending()
@@ -197,3 +201,78 @@ def test_the_hours_and_days_hold_the_minutes_summed(stored, agent_client):
     assert sum(count for (_, _, kind, _), count in hours.items() if kind == "events") == sum(
         Run.objects.values_list("chain_length", flat=True)
     )
+
+
+def _decided_ask(project, call_id: str, *, opened_ago: timedelta, decided_after: timedelta) -> Ask:
+    """An ask opened `opened_ago` before now and decided by a person `decided_after` it opened:
+    the row the asks' services leave."""
+    opened = timezone.now() - opened_ago
+    return Ask.objects.create(
+        project=project, run_id="run-asks", tool_call_id=call_id, kind=Ask.Kind.PLAIN, pause_data={},
+        created_at=opened, status=Ask.Status.DECIDED, decided_at=opened + decided_after,
+        decided_via=Ask.Via.PAGE, approved=True,
+    )  # fmt: skip
+
+
+def test_an_asks_opening_and_its_decision_are_each_counted_once(agent_client, integration_client, project):
+    from ledger.asks.services import asks_apply_deadlines
+    from tests.ledger.ask_helpers import decide, open_ask, plain_body
+
+    asked = open_ask(agent_client, plain_body("q1", "run-a"))
+    assert services.rollups_fold_pending().asks == 1
+    assert (_counted("ask-opened"), _counted("ask-decided")) == (1, 0)
+    assert services.rollups_fold_pending().asks == 0
+
+    assert decide(integration_client, asked["id"], approved=True, by="carol", value="EU").status_code == 200
+    past = timezone.now() - timedelta(minutes=1)
+    open_ask(agent_client, {**plain_body("q2", "run-b"), "deadline": past.isoformat()})
+    assert asks_apply_deadlines() == 1
+    assert services.rollups_fold_pending().asks == 2
+    assert services.rollups_fold_pending().asks == 0
+    counted = {kind: _counted(kind) for kind in ("ask-opened", "ask-decided", "ask-timed-out", "ask-decision-time")}
+    # The deadline's closing is counted as such, and has no time to decision.
+    assert counted == {"ask-opened": 2, "ask-decided": 1, "ask-timed-out": 1, "ask-decision-time": 1}
+    assert set(Ask.objects.values_list("rolled_up", flat=True)) == {2}
+
+
+def test_time_to_decision_read_from_its_buckets_is_the_decision_at_that_rank_within_4_percent(project):
+    from ledger.overview.selectors import WINDOWS, overview_get
+
+    # 301 decisions from 0.2 s to about 3 hours, log-uniform, and out of order.
+    seconds = sorted((0.2 * 1.033**i for i in range(301)), key=lambda s: (s * 7919) % 1)
+    for n, wait in enumerate(seconds):
+        _decided_ask(project, f"c{n}", opened_ago=timedelta(hours=4), decided_after=timedelta(seconds=wait))
+    services.rollups_fold_pending()
+    figures = overview_get(projects=[project], window=WINDOWS["day"]).asks
+    assert figures.decided_total == len(seconds)
+    ordered = sorted(seconds)
+    for fraction, found in ((0.5, figures.decision_p50), (0.9, figures.decision_p90)):
+        rank = fraction * (len(ordered) - 1)
+        low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+        assert low / 1.045 <= found.total_seconds() <= high * 1.045, (fraction, found, low, high)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_ask_being_decided_while_the_fold_runs_is_counted_by_the_next_pass(project):
+    ask = _decided_ask(project, "q1", opened_ago=timedelta(minutes=2), decided_after=timedelta(seconds=30))
+    deciding = connections.create_connection("default")
+    try:
+        deciding.set_autocommit(False)
+        with deciding.cursor() as cur:
+            cur.execute("SELECT id FROM ledger_ask WHERE id = %s FOR UPDATE", [ask.pk])
+        assert services.rollups_fold_pending().asks == 0  # left to the next pass, not waited for
+        deciding.rollback()
+    finally:
+        deciding.close()
+    assert services.rollups_fold_pending().asks == 1
+    assert (_counted("ask-opened"), _counted("ask-decided"), _counted("ask-decision-time")) == (1, 1, 1)
+
+
+def test_asks_stored_before_the_counters_existed_are_counted_by_the_first_passes(project, monkeypatch):
+    """Asks start at nothing counted (migration 0039), so a fold counts those already kept, a
+    transaction per ASKS_PER_TRANSACTION."""
+    monkeypatch.setattr(services, "ASKS_PER_TRANSACTION", 3)
+    for n in range(7):
+        _decided_ask(project, f"old-{n}", opened_ago=timedelta(days=3), decided_after=timedelta(minutes=n))
+    assert services.rollups_fold_pending().asks == 7
+    assert (_counted("ask-opened"), _counted("ask-decided")) == (7, 7)

@@ -45,8 +45,8 @@ def test_the_overview_is_the_signed_in_home_and_asks_anonymous_callers_to_sign_i
 
 
 def test_the_overview_charts_the_persons_projects(auditor_client, folded, django_assert_max_num_queries) -> None:
-    # 12 reads, and the overview's transaction (here a savepoint and its release) with its SET LOCAL.
-    with django_assert_max_num_queries(15):
+    # 9 reads, and the overview's transaction (here a savepoint and its release) with its SET LOCAL.
+    with django_assert_max_num_queries(12):
         html = _html(auditor_client.get("/"))
     assert "<h1>Overview</h1>" in html
     for chart in ("runs-started", "runs-ended", "events", "refusals", "refusal-rules", "asks", "tools", "usage"):
@@ -125,7 +125,7 @@ def test_figures_not_yet_counted_show_their_age(auditor_client, agent_client) ->
     assert agent_client.ingest(recent(fixture_events("a-run-recording/events.json"))).status_code == 200
     html = _html(auditor_client.get("/"))
     assert "Figures as of" in html
-    assert "newer events are counted within 20 s" in html
+    assert "newer events and asks are counted within 20 s" in html
     services.rollups_fold_pending()
     assert "Figures are up to date" in _html(auditor_client.get("/"))
 
@@ -221,6 +221,7 @@ def test_each_asks_mark_leads_to_the_asks_behind_it(auditor_client, agent_client
     answered = decide(integration_client, decided["id"], approved=True, by="carol", value="EU")
     assert answered.status_code == 200, answered.content
     assert asks_apply_deadlines() == 1
+    services.rollups_fold_pending()
     html = _html(auditor_client.get("/", {"window": "hour", "project": project.slug}))
     marks = _marks(html, "asks")
     expected = {
