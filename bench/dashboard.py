@@ -3,18 +3,27 @@
 The overview (`overview_figures()`): server time of GET `overview:overview` (the signed-in home)
 in-process (Django's test Client, production settings, a person who is a member of every project),
 for each window (last hour, day, week, 30 days) across the person's PROJECTS projects and for one
-of them, with 1 million and then 10 million events in the ledger. The events are in
-`ledger_runevent` (lean rows, as the rollups see them: what matters is the table's size) and the
-overview's rollups are what the worker's fold would have written from them, with every run's
-`rolled_up` mark at its end; both are written with SQL generate_series, since ingesting 10 million
-events through the API would time ingestion, not the page. The 10 million are the same HISTORY_DAYS
-of history, ten times as busy: a page whose cost followed the ledger would take ten times longer.
+of them, as the ledger grows in the two ways it does:
+
+1. 1 million events: HISTORY_DAYS of history.
+2. 10 million: nine million more events of older history (ten times as long at the same pace):
+   what every deployment's ledger does as months pass. The windows hold the same activity, so a
+   page whose cost followed the ledger's size would take ten times longer; one that follows only
+   the window is flat (ratio 10M / 1M near 1).
+3. 19 million: nine million more in the last HISTORY_DAYS, ten times as busy as before. A busier
+   window fills more of its columns and keys, so this ratio (19M / 10M) may grow up to the
+   point every column is filled; it says what busier agents cost the page.
+
+The events are in `ledger_runevent` (lean rows, as the rollups see them: what matters is the
+table's size) and the overview's rollups are what the worker's fold would have written from them,
+with every run's `rolled_up` mark at its end; both are written with SQL generate_series, since
+ingesting 19 million events through the API would time ingestion, not the page. The asks (one per
+50 runs) are counted by the fold itself.
 
 Baseline: the sign-in page (a template render, no ledger read) in the same process and rounds.
 Requests are repeated BENCH_REQUESTS times (default 50) round-robin over the cases, so machine
 noise lands on all of them alike; figures are p50/p90 wall time, the ratio to the baseline, and
-the ratio of 10 million to 1 million (a cost that does not follow the ledger is near 1). Nothing
-asserts on time; every timed answer's status and its charts are checked.
+the ratios of one stage to the one before. Nothing asserts on time; every timed answer's status and its charts are checked.
 
 The database (DATABASE_URL, default postgres://postgres@127.0.0.1:5432/footprint_bench_dashboard;
 its name must contain 'bench') is dropped, created and migrated here. Writes
@@ -31,6 +40,7 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +64,6 @@ warnings.filterwarnings("ignore", message="No directory at", category=UserWarnin
 
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "50"))
 WARMUP = 3
-SIZES = (1_000_000, 10_000_000)
 PROJECTS = 10
 EVENTS_PER_RUN = 100
 HISTORY_DAYS = 35
@@ -62,25 +71,44 @@ AGENTS = 5
 USER = "bench-overview"
 WINDOWS = ("hour", "day", "week", "30d")
 
-# Runs spread evenly over the history (the smaller ledger's are every tenth of the larger's), each
-# with EVENTS_PER_RUN events stored within its first minute; one run in seven refused (a middleware
-# rule, a tool), one in thirteen with a failed call. A run's project and agent follow g / every, not
-# g: the smaller ledger's runs are the multiples of `every`, and by g alone they all fell in one
-# project with one agent, so the larger ledger was compared with a one-project ledger.
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # how the ledger grew, as reported
+    runs: int  # runs of the stage's series, spread evenly from oldest_days to newest_days ago
+    keep: str  # which of them: "all", "tenth" (g % 10 = 0) or "rest" (the other nine tenths)
+    newest_days: int
+    oldest_days: int
+
+
+# The first and third stages are the tenth and the rest of one series, so the third stage's
+# window is the first one's with nine runs beside each run. The second has as many runs a day as
+# the first, before it.
+STAGES = (
+    Stage("1M", 100_000, "tenth", 0, HISTORY_DAYS),
+    Stage("10M, older history", 90_000, "all", HISTORY_DAYS, HISTORY_DAYS * 10),
+    Stage("19M, 10x as busy", 100_000, "rest", 0, HISTORY_DAYS),
+)
+
+# Each run has EVENTS_PER_RUN events stored within its first minute; one run in seven refused (a
+# middleware rule, a tool), one in thirteen with a failed call. A run's project and agent follow
+# g / 10, not g: the first stage's runs are the multiples of 10, and by g alone they all fell in
+# one project with one agent.
 _RUNS = """
 INSERT INTO ledger_run (project_id, run_id, agent_id, composition_path, source, status, status_seq,
     first_event_at, last_event_at, tokens_in, tokens_out, iterations, tool_call_count, refusal_count,
     event_count, max_seq, chain_length, head_hash, rolled_up)
-SELECT p.ids[1 + (g / %(every)s) %% %(projects)s], 'bench-' || g, 'agent-' || ((g / %(every)s) %% %(agents)s),
+SELECT p.ids[1 + (g / 10) %% %(projects)s], 'bench-' || %(stage)s || '-' || g, 'agent-' || ((g / 10) %% %(agents)s),
     '[]', 'events',
     CASE WHEN g %% 13 = 5 THEN 'failed' ELSE 'completed' END, %(per_run)s - 1,
     at, at + interval '50 seconds', 900, 100, 3, 2, (g %% 7 = 3)::int,
     %(per_run)s, %(per_run)s - 1, %(per_run)s, '\\x00'::bytea, %(per_run)s
-FROM generate_series(0, %(total)s - 1) AS g,
-    LATERAL (SELECT date_trunc('minute', now() - %(history)s::interval * (1 - g::float8 / %(total)s))
+FROM generate_series(0, %(runs)s - 1) AS g,
+    LATERAL (SELECT date_trunc('minute', now() - %(newest)s::interval
+        - (%(oldest)s::interval - %(newest)s::interval) * (1 - g::float8 / %(runs)s))
         + (g %% 60) * interval '1 second' AS at) AS t,
     (SELECT array_agg(id ORDER BY id) AS ids FROM ledger_project WHERE slug LIKE 'bench-%%') AS p
-WHERE (g %% %(every)s = 0) = %(first_size)s
+WHERE CASE %(keep)s WHEN 'all' THEN true WHEN 'tenth' THEN g %% 10 = 0 ELSE g %% 10 <> 0 END
 """
 _EVENTS = """
 INSERT INTO ledger_runevent (run_id, seq, position, type, wall_clock_ms, body, doc, prev_hash, hash, received_at)
@@ -135,7 +163,8 @@ ON CONFLICT (project_id, day, agent) DO UPDATE SET
     cost_usd = ledger_agentdayusage.cost_usd + EXCLUDED.cost_usd
 """
 # One ask per 50 runs, decided by a person within minutes (or by its deadline, one in five: by
-# r.id / 50, as every r.id here is a multiple of 5).
+# r.id / 50, as every r.id here is a multiple of 5); counted by the fold itself
+# (ledger.overview.services.asks_fold_pending) once they are in.
 _ASKS = """
 INSERT INTO ledger_ask (project_id, run_id, tool_call_id, tool_name, kind, pause_data, on_timeout, status,
     created_at, decided_at, decided_via, approved, pause_reported, opened_from_event, answered)
@@ -156,15 +185,15 @@ def reset_database() -> None:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def grow_to(events: int) -> float:
-    """Add runs (and their events and rollups) until the ledger holds `events` events; seconds taken."""
+def grow(stage: Stage) -> float:
+    """Add the stage's runs (and their events and rollups); seconds taken."""
     started = time.monotonic()
     with psycopg.connect(common.DATABASE_URL, autocommit=True) as conn, conn.cursor() as cur:
         (after,) = cur.execute("SELECT coalesce(max(id), 0) FROM ledger_run").fetchone()
         params = {
             "projects": PROJECTS, "agents": AGENTS, "per_run": EVENTS_PER_RUN, "after": after,
-            "history": f"{HISTORY_DAYS} days", "total": SIZES[-1] // EVENTS_PER_RUN,
-            "every": SIZES[-1] // SIZES[0], "first_size": events == SIZES[0],
+            "stage": STAGES.index(stage), "runs": stage.runs, "keep": stage.keep,
+            "newest": f"{stage.newest_days} days", "oldest": f"{stage.oldest_days} days",
         }  # fmt: skip
         cur.execute(_RUNS, params)
         print(f"  {cur.rowcount:,} runs", flush=True)
@@ -221,7 +250,9 @@ def overview_figures() -> dict[str, Any]:
     django.setup()
     from django.contrib.auth.models import User
     from django.core.management import call_command
+    from django.db import connection
 
+    from ledger.overview import services
     from tenancy.models import Membership, Project
 
     call_command("migrate", verbosity=0, interactive=False)
@@ -229,43 +260,57 @@ def overview_figures() -> dict[str, Any]:
     for n in range(PROJECTS):
         project = Project.objects.create(slug=f"bench-{n}", name=f"bench {n}")
         Membership.objects.create(user=person, project=project, role=Membership.Role.AUDITOR)
-    by_size: dict[int, dict[str, dict[str, float]]] = {}
-    for size in SIZES:
-        print(f"Ledger of {size:,} events: seeding…", flush=True)
-        seeded = grow_to(size)
-        print(f"  seeded in {seeded:.0f} s; timing {REQUESTS} requests a case", flush=True)
-        by_size[size] = measure()
-    small, large = (by_size[size] for size in SIZES)
+    by_stage: dict[str, dict[str, dict[str, float]]] = {}
+    for stage in STAGES:
+        print(f"Ledger grows to {stage.name} events: seeding…", flush=True)
+        seeded = grow(stage)
+        asks_folded = time.monotonic()
+        counted = services.asks_fold_pending(deadline=time.monotonic() + 3600)
+        with connection.cursor() as cur:  # as autovacuum would have, by the time anyone looks
+            cur.execute(
+                "VACUUM ANALYZE ledger_ask, ledger_activitycount, ledger_activityhourcount, ledger_activitydaycount"
+            )
+            seeded += time.monotonic() - asks_folded
+            cur.execute("SELECT count(*) FROM ledger_runevent")
+            (events,) = cur.fetchone()
+        print(f"  {counted:,} asks counted by the fold; seeded in {seeded:.0f} s", flush=True)
+        print(f"  {events:,} events in the ledger; timing {REQUESTS} requests a case", flush=True)
+        by_stage[stage.name] = measure()
+    first, older, busier = (by_stage[stage.name] for stage in STAGES)
     figures = {
         "requests": REQUESTS, "projects": PROJECTS, "history_days": HISTORY_DAYS,
-        "sizes": {str(size): pages for size, pages in by_size.items()},
-        "ratio_10m_to_1m_p50": {
-            name: round(large[name]["p50_ms"] / small[name]["p50_ms"], 2)
-            for name in small
-            if name.startswith("overview")
+        "stages": by_stage,
+        "ratio_p50": {
+            "older_history_10m_to_1m": _ratios(older, first),
+            "busier_19m_to_10m": _ratios(busier, older),
         },
         "x_baseline_p50": {
-            str(size): {name: round(pages[name]["p50_ms"] / pages["baseline-sign-in"]["p50_ms"], 1) for name in pages}
-            for size, pages in by_size.items()
+            name: {page: round(pages[page]["p50_ms"] / pages["baseline-sign-in"]["p50_ms"], 1) for page in pages}
+            for name, pages in by_stage.items()
         },
     }  # fmt: skip
     print(report(figures))
     return figures
 
 
+def _ratios(large: dict[str, dict[str, float]], small: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {
+        page: round(large[page]["p50_ms"] / small[page]["p50_ms"], 2) for page in small if page != "baseline-sign-in"
+    }
+
+
 def report(figures: dict[str, Any]) -> str:
-    small, large = (figures["sizes"][str(size)] for size in SIZES)
+    stages = figures["stages"]
+    older, busier = figures["ratio_p50"]["older_history_10m_to_1m"], figures["ratio_p50"]["busier_19m_to_10m"]
     lines = [
-        f"\nOverview: server time in-process (test Client), {figures['requests']} requests each, "
-        f"{figures['projects']} projects, {figures['history_days']} days of history",
-        f"  {'page':34} {'1M p50 ms':>10} {'x sign-in':>10} {'10M p50 ms':>11} {'x sign-in':>10} {'10M / 1M':>9}",
+        f"\nOverview: server time in-process (test Client), p50 ms of {figures['requests']} requests each, "
+        f"{figures['projects']} projects, {figures['history_days']} days of recent history",
+        f"  {'page':34}" + "".join(f" {name:>20}" for name in stages) + f" {'older / 1M':>11} {'busier / older':>15}",
     ]
-    for name in small:
-        lines.append(
-            f"  {name:34} {small[name]['p50_ms']:10.2f} {figures['x_baseline_p50'][str(SIZES[0])][name]:10.1f}"
-            f" {large[name]['p50_ms']:11.2f} {figures['x_baseline_p50'][str(SIZES[1])][name]:10.1f}"
-            f" {figures['ratio_10m_to_1m_p50'].get(name, 1.0):9.2f}"
-        )
+    for page in stages[STAGES[0].name]:
+        times = "".join(f" {pages[page]['p50_ms']:20.2f}" for pages in stages.values())
+        ratios = f" {older[page]:11.2f} {busier[page]:15.2f}" if page in older else ""
+        lines.append(f"  {page:34}{times}{ratios}")
     return "\n".join(lines)
 
 
