@@ -33,7 +33,7 @@ def recent(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def agent_secret(project: Project) -> str:
     from tenancy.services import agent_key_create
 
-    return agent_key_create(project=project, scopes=["ingest", "read"])[1]
+    return agent_key_create(project=project, scopes=["ingest", "read", "asks"])[1]
 
 
 def test_a_chart_mark_leads_to_the_runs_behind_it_and_on_to_a_run(
@@ -44,6 +44,14 @@ def test_a_chart_mark_leads_to_the_runs_behind_it_and_on_to_a_run(
     base = live_server.url
     for name in ("a-run-recording/events.json", "b-middleware/events-declined.json", "d-artifacts/events.json"):
         api(base, agent_secret, "POST", "/api/v1/events", {"events": recent(fixture_events(name))})
+    pause = {"toolCallId": "q1", "toolName": "ask_user", "question": "Which region?"}
+    asked = api(base, agent_secret, "POST", "/api/v1/asks", {"runId": "run-q", "pauseData": pause})["ask"]
+    # A person's decision through an integration: the key that asked cannot decide its own ask.
+    from tenancy.services import agent_key_create
+
+    decider = agent_key_create(project=project, scopes=["decide"])[1]
+    decision = {"approved": True, "by": "carol", "value": "EU"}
+    api(base, decider, "POST", f"/api/v1/asks/{asked['id']}/decision", decision)
     services.rollups_fold_pending()
 
     page = new_page()
@@ -56,6 +64,7 @@ def test_a_chart_mark_leads_to_the_runs_behind_it_and_on_to_a_run(
     expect(page.locator(".figures-age")).to_contain_text("Figures are up to date")
     for chart in ("runs-started", "runs-ended", "events", "refusals", "tools", "usage"):
         expect(page.locator(f"#chart-{chart}")).to_be_visible()
+    expect(page.locator(".decision-times")).to_contain_text("Time to decision: p50 ≈")
 
     page.evaluate("window.__notReloaded = true")
     page.get_by_label("Last hour").check()  # the figures are swapped in place, the window kept in the URL
