@@ -984,8 +984,9 @@ class RunTombstone(models.Model):
 
 
 # Time to decision is counted in buckets of a fixed ratio: bucket k holds the times from
-# 2^(k/n) to 2^((k+1)/n) seconds (n = this), so a percentile read from the buckets is within
-# 2^(1/2n) - 1 (4.4%) of the exact one, and a window holds at most a few hundred of them.
+# 2^(k/n) to 2^((k+1)/n) seconds (n = this), so a percentile read from the buckets (the middle of
+# the bucket holding that rank) is within 2^(1/2n) - 1 (4.4%) of the decision time at that rank,
+# and a window holds at most a few hundred buckets.
 DECISION_TIME_BUCKETS_PER_DOUBLING = 8
 
 
