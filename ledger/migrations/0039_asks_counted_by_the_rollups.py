@@ -23,6 +23,7 @@ KINDS = [
     ("ask-decision-time", "asks decided, by time to decision"),
 ]
 
+
 class Migration(migrations.Migration):
     atomic = False
 
