@@ -246,7 +246,7 @@ def measure() -> dict[str, dict[str, float]]:
 
 
 def overview_figures() -> dict[str, Any]:
-    """The overview's server time at each size, with its ratios; printed as it goes."""
+    """The overview's server time at each stage of the ledger's growth, with its ratios; printed as it goes."""
     reset_database()
     django.setup()
     from django.contrib.auth.models import User
