@@ -33,7 +33,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, get_connection
 from django.core.validators import URLValidator, validate_email
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -363,6 +363,7 @@ def _deliver_batch_counted(
 class _Claimed:
     delivery: WebhookDelivery
     attempt_id: int
+    agent: str | None  # the agent of the ask's run, which the message names
     duration_ms: int = 0
 
 
@@ -397,8 +398,31 @@ def _claim_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> list[_Claimed
             attempt_of = dict(cursor.fetchall())
         if not attempt_of:
             return []
-        deliveries = WebhookDelivery.objects.filter(pk__in=attempt_of).select_related("ask__project", "channel")
-        return [_Claimed(delivery, attempt_of[delivery.pk]) for delivery in deliveries.order_by("pk")]
+        deliveries = (
+            WebhookDelivery.objects.filter(pk__in=attempt_of)
+            .select_related("ask__project", "channel")
+            .only(*_MESSAGE_READS)
+            .annotate(run_agent=_RUN_AGENT)
+            .order_by("pk")
+        )
+        return [_Claimed(delivery, attempt_of[delivery.pk], delivery.run_agent) for delivery in deliveries]
+
+
+# What a message reads of its delivery, ask, project and channel. An ask's checkpoint and JSON
+# columns (kilobytes each) stay in the database: the call's arguments, for a channel that allows
+# them, are read on their own.
+_MESSAGE_READS = (
+    *("url", "attempts", "event", "step"),
+    *("ask__project__slug", "ask__project__name"),
+    *("ask__run_id", "ask__tool_call_id", "ask__tool_name", "ask__middleware", "ask__kind", "ask__question"),
+    *("ask__deadline", "ask__on_timeout"),
+    *("channel__kind", "channel__target", "channel__secret", "channel__include_payload", "channel__active"),
+)
+# The agent of the ask's run, by the run's unique key: one index probe a row, whatever the
+# planner believes of the runs table.
+_RUN_AGENT = Subquery(
+    Run.objects.filter(project_id=OuterRef("ask__project_id"), run_id=OuterRef("ask__run_id")).values("agent_id")[:1]
+)
 
 
 # An outcome: (status code, error) of an attempt made; None for a message left unsent.
@@ -409,7 +433,6 @@ def _send_batch(claimed: list[_Claimed], mail: "_MailConnection", pace: _Pace) -
     """Send each claimed message once, at `pace`, emails over `mail`. Stops before the batch's
     lease could run out (each send may take up to TIMEOUT_SECONDS): the rest are left unsent."""
     outcomes: dict[int, _Outcome] = {}
-    agents = _agents_of([item.delivery.ask for item in claimed])
     budget_ends = time.monotonic() + LEASE_SECONDS - TIMEOUT_SECONDS
     for item in claimed:
         delivery = item.delivery
@@ -419,24 +442,12 @@ def _send_batch(claimed: list[_Claimed], mail: "_MailConnection", pace: _Pace) -
             continue
         started = pace.sending()
         try:
-            outcomes[delivery.pk] = _send(delivery, mail, agents)
+            outcomes[delivery.pk] = _send(delivery, item.agent, mail)
         except Exception as exc:
             logger.exception("notification %s: the attempt failed before it got an answer", delivery.pk)
             outcomes[delivery.pk] = (None, f"{type(exc).__name__} in the server before an answer (see its log)")
         item.duration_ms = int((time.monotonic() - started) * 1000)
     return outcomes
-
-
-def _agents_of(asks: list[Ask]) -> dict[tuple[int, str], str | None]:
-    """The agents of the asks' runs, read in one query for the batch (each message names its agent)."""
-    agents: dict[tuple[int, str], str | None] = dict.fromkeys(((ask.project_id, ask.run_id) for ask in asks), None)
-    runs = Run.objects.filter(
-        project_id__in={project for project, _ in agents}, run_id__in={run for _, run in agents}
-    ).values_list("project_id", "run_id", "agent_id")
-    for project_id, run_id, agent_id in runs:
-        if (project_id, run_id) in agents:
-            agents[(project_id, run_id)] = agent_id
-    return agents
 
 
 # Every attempt's end and every message's state in one statement, whatever the batch's size
@@ -539,19 +550,11 @@ def ask_path(ask_id: int) -> str:
     return f"{before}{ask_id}{after}"
 
 
-def message_of(delivery: WebhookDelivery, agents: dict[tuple[int, str], str | None] | None = None) -> Message:
-    """What a message says: project, agent, tool, question, deadline and the ask page's link;
-    the call's arguments only for a channel that allows them. `agents` keeps the runs' agents
-    a batch has read already (an ask's messages share one)."""
+def message_of(delivery: WebhookDelivery, agent: str | None) -> Message:
+    """What a message says: project, agent (of the ask's run), tool, question, deadline and the
+    ask page's link; the call's arguments only for a channel that allows them."""
     ask = delivery.ask
     project = ask.project
-    agents = {} if agents is None else agents
-    run_key = (project.pk, ask.run_id)
-    if run_key not in agents:
-        agents[run_key] = (
-            Run.objects.filter(project=project, run_id=ask.run_id).values_list("agent_id", flat=True).first()
-        )
-    agent = agents[run_key]
     link = settings.FOOTPRINT_PUBLIC_URL.rstrip("/") + ask_path(ask.pk)
     tool = ask.tool_name or ask.middleware or "(no tool named)"
     question = ask.question or "(no question given)"
@@ -592,15 +595,13 @@ def message_of(delivery: WebhookDelivery, agents: dict[tuple[int, str], str | No
     return Message(subject=subject, text="\n".join(lines), fields=fields)
 
 
-def _send(
-    delivery: WebhookDelivery, mail: "_MailConnection", agents: dict[tuple[int, str], str | None]
-) -> tuple[int | None, str]:
+def _send(delivery: WebhookDelivery, agent: str | None, mail: "_MailConnection") -> tuple[int | None, str]:
     """Send the message once: the receiver's status code (if any) and what went wrong ("" for
     nothing). A channel deleted since is gone with its rows; a channel turned off is an error."""
     channel = delivery.channel
     if channel is not None and not channel.active:
         return None, "the channel is turned off"
-    message = message_of(delivery, agents)
+    message = message_of(delivery, agent)
     if channel is None or channel.kind == NotificationChannel.Kind.EMAIL:
         if channel is not None:
             to = [part.strip() for part in channel.target.split(",")]

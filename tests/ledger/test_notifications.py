@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger.asks import notifications, webhooks
 from ledger.asks.notifications import NotificationInvalid
-from ledger.models import Ask, NotificationChannel, WebhookAttempt, WebhookDelivery
+from ledger.models import Ask, NotificationChannel, Run, WebhookAttempt, WebhookDelivery
 from tenancy.models import AdminChange, Membership, Project
 from tests.conftest import ApiClient, person
 from tests.http_receiver import url_of, webhook_receiver
@@ -85,6 +85,18 @@ def test_a_new_ask_is_emailed_with_agent_tool_question_and_link_and_no_decision(
     delivery = _notifications(ask["id"]).get()
     assert delivery.status == WebhookDelivery.Status.DELIVERED
     assert delivery.attempt_log.get().error == ""
+
+
+def test_a_message_names_the_agent_of_the_asks_run_in_its_own_project(
+    project: Project, other_project: Project, agent_client: ApiClient, smtp: Any
+) -> None:
+    Run.objects.create(project=other_project, run_id="run-q", agent_id="someone-elses-agent")
+    Run.objects.create(project=project, run_id="run-q", agent_id="billing-bot")
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    ask = open_ask(agent_client, plain_body())
+    notifications.notifications_send_for_ask(ask_id=ask["id"])
+    (message,) = smtp.messages
+    assert "Agent: billing-bot (run run-q)" in message.get_content()
 
 
 def test_a_person_who_chose_new_asks_is_emailed_and_an_auditor_may_not_choose(
