@@ -24,7 +24,7 @@ Serves the app as `make run` does (gunicorn + gunicorn.conf.py, production setti
    BENCH_ASKS asks the first approver approves through the page (recorded, nothing reaches the
    agent), then the second; latency runs from just before the second approval to the waiter's
    last byte, against the same baseline as part 1.
-5. Notifications. BENCH_NOTIFICATIONS (2,000) email notifications are queued in the outbox and a
+5. Notifications. BENCH_NOTIFICATIONS (4,000) email notifications are queued in the outbox and a
    worker process sends them all (at the configured FOOTPRINT_NOTIFICATIONS_PER_SECOND, at the CPU
    priority a Celery worker gives itself, FOOTPRINT_WORKER_NICENESS) to a local SMTP server,
    while POST /api/v1/events (20 events) is timed over and over. That server stands in for a mail
@@ -72,7 +72,7 @@ OPEN_ASKS = int(os.environ.get("BENCH_OPEN_ASKS", "10000"))
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200"))
 SETTLE_S = float(os.environ.get("BENCH_SETTLE_MS", "50")) / 1000
 # Notifications: emails queued in the outbox, and ingestion timed beside their sending.
-NOTIFY_N = int(os.environ.get("BENCH_NOTIFICATIONS", "2000"))
+NOTIFY_N = int(os.environ.get("BENCH_NOTIFICATIONS", "4000"))
 NOTIFY_WINDOW_S = float(os.environ.get("BENCH_NOTIFY_WINDOW_MS", "1000")) / 1000
 INGEST_REQUESTS = int(os.environ.get("BENCH_INGEST_REQUESTS", "300"))
 INGEST_EVENTS = 20
