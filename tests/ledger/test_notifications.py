@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger.asks import notifications, webhooks
@@ -242,6 +244,24 @@ def test_a_sweep_sends_its_batch_over_one_mail_connection_and_records_every_atte
         assert (delivery.status, delivery.attempts, delivery.lease_until) == (WebhookDelivery.Status.DELIVERED, 1, None)
         assert delivery.attempt_log.get().error == ""
     assert notifications.notifications_send_due() == 0
+
+
+def test_a_batch_goes_to_the_database_as_often_for_four_messages_as_for_one(
+    project: Project, agent_client: ApiClient, smtp: Any
+) -> None:
+    """Each message's ask, project, channel and run's agent come with the claim's read-back: no
+    field is read one message at a time."""
+    notifications.notification_channel_set(project=project, name="on-call", kind="email", target="oncall@example.com")
+    Run.objects.create(project=project, run_id="run-q0", agent_id="billing-bot")
+    open_ask(agent_client, plain_body("q0", "run-q0"))
+    with CaptureQueriesContext(connection) as one:
+        assert notifications.notifications_send_due() == 1
+    for n in range(1, 5):
+        open_ask(agent_client, plain_body(f"q{n}", f"run-q{n}"))
+    with CaptureQueriesContext(connection) as four:
+        assert notifications.notifications_send_due() == 4
+    assert len(four) == len(one)
+    assert "Agent: billing-bot (run run-q0)" in smtp.messages[0].get_content()
 
 
 def test_mail_server_unreachable_the_whole_batch_fails_at_once_each_attempt_recorded(
