@@ -663,6 +663,14 @@ class Ask(models.Model):
         return decision
 
 
+def ask_run_agent(to_ask: str = "") -> Subquery:
+    """The agent of an ask's run, to annotate a query with; `to_ask` is the path from the query's
+    model to the ask ("" on Ask itself, "ask__" from its webhook deliveries). By the run's unique
+    key: one index probe a row, whatever the planner believes of the runs table."""
+    run = Run.objects.filter(project_id=OuterRef(f"{to_ask}project_id"), run_id=OuterRef(f"{to_ask}run_id"))
+    return Subquery(run.values("agent_id")[:1])
+
+
 class WebhookEndpoint(models.Model):
     """Where a project's decisions are POSTed (HMAC-SHA256 signed with `secret`)."""
 

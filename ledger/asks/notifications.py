@@ -33,7 +33,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, get_connection
 from django.core.validators import URLValidator, validate_email
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
@@ -45,9 +45,9 @@ from ledger.models import (
     Ask,
     NotificationChannel,
     NotificationPreference,
-    Run,
     ToolCall,
     WebhookDelivery,
+    ask_run_agent,
 )
 from tenancy.models import DECIDING_ROLES, AdminChange, Membership, Project
 from tenancy.selectors import approver_projects
@@ -60,9 +60,9 @@ TIMEOUT_SECONDS = 10
 # it ends, so no attempt outlives it. A worker killed mid-batch delays its messages by this much.
 LEASE_SECONDS = 30
 # A batch's claim and its record are bursts of a few milliseconds (Python and PostgreSQL) however
-# small it is, and an ingestion request that meets one waits for it: at 25 a batch, two bursts a
-# second at the default pace, they alone raised ingestion's p99 by a fifth on a 2-CPU machine. At
-# 100 it is one every 2 s; the sweep still sends its emails one at a time, at its pace.
+# small it is, and an ingestion request that meets one waits for it: beside the sending, on a
+# 2-CPU machine, ingestion's p99 rose by a fifth at 25 a batch (two bursts a second at the default
+# pace) and by a seventh at 100 (one every 2 s). The sweep still sends its emails one at a time.
 BATCH = 100
 CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}")
 MAX_ADDRESSES = 20
@@ -386,6 +386,18 @@ RETURNING delivery_id, id
 """
 
 
+# What a message reads of its delivery, ask, project and channel. An ask's checkpoint and JSON
+# columns (kilobytes each) stay in the database: the call's arguments, for a channel that allows
+# them, are read on their own.
+_MESSAGE_READS = (
+    *("url", "attempts", "event", "step"),
+    *("ask__project__slug", "ask__project__name"),
+    *("ask__run_id", "ask__tool_call_id", "ask__tool_name", "ask__middleware", "ask__kind", "ask__question"),
+    *("ask__deadline", "ask__on_timeout"),
+    *("channel__kind", "channel__target", "channel__secret", "channel__include_payload", "channel__active"),
+)
+
+
 def _claim_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> list[_Claimed]:
     lease_until = timezone.now() + timedelta(seconds=LEASE_SECONDS)
     with transaction.atomic():
@@ -404,27 +416,10 @@ def _claim_batch(due: QuerySet[WebhookDelivery], *, limit: int) -> list[_Claimed
             WebhookDelivery.objects.filter(pk__in=attempt_of)
             .select_related("ask__project", "channel")
             .only(*_MESSAGE_READS)
-            .annotate(run_agent=_RUN_AGENT)
+            .annotate(run_agent=ask_run_agent("ask__"))
             .order_by("pk")
         )
         return [_Claimed(delivery, attempt_of[delivery.pk], delivery.run_agent) for delivery in deliveries]
-
-
-# What a message reads of its delivery, ask, project and channel. An ask's checkpoint and JSON
-# columns (kilobytes each) stay in the database: the call's arguments, for a channel that allows
-# them, are read on their own.
-_MESSAGE_READS = (
-    *("url", "attempts", "event", "step"),
-    *("ask__project__slug", "ask__project__name"),
-    *("ask__run_id", "ask__tool_call_id", "ask__tool_name", "ask__middleware", "ask__kind", "ask__question"),
-    *("ask__deadline", "ask__on_timeout"),
-    *("channel__kind", "channel__target", "channel__secret", "channel__include_payload", "channel__active"),
-)
-# The agent of the ask's run, by the run's unique key: one index probe a row, whatever the
-# planner believes of the runs table.
-_RUN_AGENT = Subquery(
-    Run.objects.filter(project_id=OuterRef("ask__project_id"), run_id=OuterRef("ask__run_id")).values("agent_id")[:1]
-)
 
 
 # An outcome: (status code, error) of an attempt made; None for a message left unsent.

@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, models, transaction
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -35,7 +35,7 @@ from ledger.exceptions import (
 from ledger.ingest.envelopes import Event, replace_nul, wall_clock_ms_of
 from ledger.ingest.projections import resumed_ask_verdict
 from ledger.ingest.runs import CONSUMER_SCOPE, run_append_server_event, run_lock
-from ledger.models import Ask, Run, RunEvent, StandingApproval, ToolCall, WebhookDelivery
+from ledger.models import Ask, Run, RunEvent, StandingApproval, ToolCall, WebhookDelivery, ask_run_agent
 from tenancy.models import AgentKey, Project
 
 DECISION_EVENT = "ledger.human_decision"
@@ -698,11 +698,9 @@ def _the_ask_reported(asks: QuerySet[Ask], reporter: _Reporter) -> Ask | None:
     decision made here. A superseded ask is decided too: the run's report is evidence, the
     supersede a derivation (its session paused again before the resumed run's events arrived). A
     report the agent's clock puts before the pause is another run's, never this pause's answer."""
-    asks = asks.annotate(
-        agent_id=Subquery(
-            Run.objects.filter(project=OuterRef("project"), run_id=OuterRef("run_id")).values("agent_id")[:1]
-        )
-    ).only("pk", "status", "session_id", "run_id", "paused_at_ms", "reporting_key_ids", "kind", "detail")
+    asks = asks.annotate(agent_id=ask_run_agent()).only(
+        "pk", "status", "session_id", "run_id", "paused_at_ms", "reporting_key_ids", "kind", "detail"
+    )
     # Narrowed in the query first: a scripted id may have paused in many sessions of the project.
     if reporter.session_id is not None:
         asks = asks.filter(Q(session_id=reporter.session_id) | Q(session_id__isnull=True))
